@@ -1,0 +1,1 @@
+"""Adapters that present a :class:`tiered.Cache` in each user's own idiom."""

@@ -1,0 +1,420 @@
+"""The public cache: ``store`` / ``revisit`` / ``hint`` / ``flush`` over a list of tiers."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tiered.config import CacheConfig, OnFull
+from tiered.engine import EngineCore
+from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
+from tiered.index import Copy, Entry
+from tiered.keys import Key, canonical_key
+from tiered.movers import leaf_checksums, read_persistent, staging_buffer
+from tiered.payload import read_leaves, write_leaves
+from tiered.policies.base import EventContext, PolicySpec
+from tiered.sizes import format_size
+from tiered.stats import CacheStats
+from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
+from tiered.values import ValueMeta, flatten, unflatten
+
+log = logging.getLogger(__name__)
+
+
+class Cache(EngineCore):
+    """A write-back cache of checkpoint values over an ordered list of tiers.
+
+    Parameters
+    ----------
+    tiers : sequence of Tier
+        Fastest first, e.g. ``[HostTier("4GiB"), DirectoryTier(bb), HDF5Tier(pfs)]``. Any
+        non-empty ordered subset of the tier kinds works; the deepest tier that can hold a
+        value is its durability point.
+    eviction : str, policy or factory
+        ``"lru"`` (default), ``"lfu"``, ``"fifo"``, or an :class:`~tiered.policies.EvictionPolicy`;
+        one instance is used per tier.
+    prefetch : None
+        Reserved for the predictors of :mod:`tiered.policies`; ``None`` prefetches only what
+        :meth:`hint` names.
+    on_full, full_timeout_s, promote
+        See :class:`~tiered.config.CacheConfig`.
+    comm : None
+        Reserved for MPI communicators (collective commits).
+
+    Notes
+    -----
+    Thread-safe: ``store``, ``revisit``, ``hint`` and ``discard`` may be called from several
+    threads. Opening a cache over existing persistent tiers is a restart: their durable,
+    well-formed entries are visible again, and what was set aside is listed in
+    :attr:`recovery`.
+    """
+
+    def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
+                 prefetch: Any = None, on_full: OnFull = "block", full_timeout_s: float = 120.0,
+                 promote: bool = True, comm: Any = None) -> None:
+        if prefetch is not None:
+            raise ValueError(f"prefetch={prefetch!r}: no predictors are available in this "
+                             "version; use prefetch=None and cache.hint(keys)")
+        if comm is not None:
+            raise ValueError("comm: collective MPI commits are not available in this version")
+        config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote)
+        super().__init__(tiers, eviction, config)
+        with self._cond:
+            self.recovery: list[str] = self._recover()
+
+    # ----------------------------------------------------------------- store
+    def store(self, key: Key, value: Any) -> None:
+        """Capture ``value`` under ``key``; return once it is copied into the top tier.
+
+        Raises
+        ------
+        TypeError
+            If a leaf of ``value`` cannot be stored (the message names its path).
+        TierFullError
+            If no tier can ever hold the value, or room did not appear in time.
+        """
+        self._check_open()
+        self._raise_errors()
+        key = canonical_key(key)
+        meta, arrays = flatten(value)
+        fits = [i for i, t in enumerate(self._tiers) if t.fits(meta.nbytes)]
+        if not fits:
+            raise TierFullError(f"value for {key!r} needs {format_size(meta.nbytes)}, more "
+                                "than the capacity of every tier; nothing was stored")
+        with self._cond:
+            version = self._next_version
+            self._next_version += 1
+            tier, extent = self._place(fits, meta.nbytes)
+        try:
+            copy = self._capture(key, version, meta, arrays, tier, extent)
+        except BaseException:
+            if extent is not None:
+                t = self._tiers[tier]
+                assert isinstance(t, MemoryTier)
+                with self._cond:
+                    t.free(extent)
+                    self._cond.notify_all()
+            raise
+        self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
+
+    def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any]:
+        """Choose the tier a new value lands in and reserve room there (under the lock)."""
+        top = fits[0]
+        if not isinstance(self._tiers[top], MemoryTier):
+            return top, None
+        spill = self._config.on_full == "spill"
+        extent = self._reserve(top, nbytes, wait=not spill, caller=True)
+        if extent is not None:
+            return top, extent
+        for i in fits[1:]:
+            if not isinstance(self._tiers[i], MemoryTier):
+                return i, None
+            extent = self._reserve(i, nbytes, wait=False)
+            if extent is not None:
+                return i, extent
+        raise TierFullError(f"no tier has room for {format_size(nbytes)}")
+
+    def _capture(self, key: Key, version: int, meta: ValueMeta, arrays: list[Any], tier: int,
+                 extent: Any) -> Copy:
+        """The one copy of a capture (no lock held); synchronous for a persistent tier."""
+        t = self._tiers[tier]
+        if isinstance(t, MemoryTier):
+            write_leaves(t.region(extent, meta.nbytes), meta, arrays)
+            return Copy(tier, extent=extent)
+        assert isinstance(t, PersistentTier)
+        host = staging_buffer(meta.nbytes)
+        write_leaves(host, meta, arrays)
+        return Copy(tier, record=t.put(key, version, meta, host, leaf_checksums(host, meta)))
+
+    def _install(self, entry: Entry, copy: Copy) -> None:
+        doomed: list[tuple[int, Record]] = []
+        with self._cond:
+            old = self._index.get(entry.key)
+            if old is not None and old.version > entry.version:  # a racing newer store won
+                entry, old = old, entry
+                self._add_copy(old, copy)
+                doomed = self._retire(old, delete_files=True)
+            else:
+                if old is not None:
+                    entry.superseded = self._retire(old, delete_files=False)
+                self._add_copy(entry, copy)
+                if copy.record is not None:
+                    entry.checksums = copy.record.checksums
+                self._index[entry.key] = entry
+                self._stats.stores += 1
+                self._stats.bytes_stored += entry.meta.nbytes
+                self._tstats(copy.tier).bytes_in += entry.meta.nbytes
+                if entry.dirty:
+                    self._schedule_drain(entry)
+                else:
+                    doomed, entry.superseded = entry.superseded, []
+            self._cond.notify_all()
+        self._delete(doomed)
+
+    # ----------------------------------------------------------------- revisit
+    def revisit(self, key: Key) -> Any:
+        """Return the value stored under ``key``, from the fastest tier holding it.
+
+        Raises
+        ------
+        KeyError
+            (:class:`~tiered.UnknownKeyError`) if ``key`` was never stored or was discarded.
+        CorruptDataError
+            If every persistent copy fails verification (and no memory copy exists).
+        """
+        self._check_open()
+        self._raise_errors()
+        key = canonical_key(key)
+        started = time.perf_counter()
+        self._await_prefetch(key)
+        with self._cond:
+            entry = self._lookup(key)
+            copy = entry.fastest()
+            copy.pins += 1
+        try:
+            if isinstance(self._tiers[copy.tier], MemoryTier):
+                leaves = self._read_memory(entry, copy)
+            else:
+                leaves = self._read_persistent(entry, copy)
+                with self._cond:
+                    self._stats.stall_s += time.perf_counter() - started
+        finally:
+            with self._cond:
+                doomed = self._unpin(entry, copy)
+            self._delete(doomed)
+        return unflatten(entry.meta.spec, leaves)
+
+    def _lookup(self, key: Key) -> Entry:
+        entry = self._index.get(key)
+        if entry is None:
+            raise UnknownKeyError(f"key {key!r} is not in the cache (never stored, or "
+                                  "discarded)")
+        return entry
+
+    def _await_prefetch(self, key: Key) -> None:
+        with self._cond:
+            future = self._lookup(key).prefetch
+        if future is None or future.done():
+            return
+        started = time.perf_counter()
+        concurrent.futures.wait([future], timeout=self._config.full_timeout_s)
+        waited = time.perf_counter() - started
+        with self._cond:
+            self._stats.late_prefetches += 1
+            self._stats.late_prefetch_wait_s += waited
+            self._stats.stall_s += waited
+
+    def _hit(self, entry: Entry, tier: int) -> None:
+        self._tstats(tier).hits += 1
+        self._tstats(tier).bytes_out += entry.meta.nbytes
+        for above in range(tier):
+            self._tstats(above).misses += 1
+        self._stats.revisits += 1
+        self._policies[tier].observe("access", entry.key, ctx=EventContext(
+            nbytes=entry.meta.nbytes, now=self._tick()))
+
+    def _read_memory(self, entry: Entry, copy: Copy) -> list[Any]:
+        t = self._tiers[copy.tier]
+        assert isinstance(t, MemoryTier)
+        leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta)
+        with self._cond:
+            self._hit(entry, copy.tier)
+        return leaves
+
+    def _read_persistent(self, entry: Entry, copy: Copy) -> list[Any]:
+        """Read a verified copy, trying deeper copies if one is corrupt; maybe promote."""
+        region, landing = self._landing(entry, copy.tier)
+        tier = copy.tier
+        while True:
+            t = self._tiers[tier]
+            assert isinstance(t, PersistentTier)
+            record = entry.copies[tier].record if tier in entry.copies else None
+            try:
+                if record is None:
+                    raise CorruptDataError(f"key {entry.key!r}: no copy left in {t.name}")
+                read_persistent(t, record, region)
+                break
+            except CorruptDataError as exc:
+                tier = self._after_corrupt(entry, tier, exc, landing)
+        leaves = read_leaves(region, entry.meta)
+        with self._cond:
+            self._hit(entry, tier)
+            if landing is not None:
+                self._land(entry, landing)
+        return leaves
+
+    def _after_corrupt(self, entry: Entry, tier: int, exc: CorruptDataError,
+                       landing: Copy | None) -> int:
+        """Set a corrupt copy aside; return the next tier to try or re-raise."""
+        log.error("%s", exc)
+        with self._cond:
+            self._stats.corrupt_reads += 1
+            if entry.copies.get(tier) is not None and entry.copies[tier].pins <= 1:
+                self._drop_copy(entry, tier)  # the file stays on disk for inspection
+            deeper = [i for i in entry.copies if i > tier
+                      and isinstance(self._tiers[i], PersistentTier)]
+            if not deeper:
+                if landing is not None:
+                    self._free_landing(landing)
+                raise exc
+            return min(deeper)
+
+    def _landing(self, entry: Entry, source: int) -> tuple[Any, Copy | None]:
+        """Where a persistent read lands: a promoted memory copy, or a staging buffer."""
+        n = entry.meta.nbytes
+        if self._config.promote:
+            with self._cond:
+                for i in range(source):
+                    t = self._tiers[i]
+                    if isinstance(t, MemoryTier) and i not in entry.copies:
+                        extent = self._reserve(i, n, wait=False)
+                        if extent is not None:
+                            return t.region(extent, n), Copy(i, extent=extent)
+        return staging_buffer(n), None
+
+    def _land(self, entry: Entry, landing: Copy) -> None:
+        if entry.gone or landing.tier in entry.copies:
+            self._free_landing(landing)
+        else:
+            self._add_copy(entry, landing)
+            self._tstats(landing.tier).bytes_in += entry.meta.nbytes
+            self._cond.notify_all()
+
+    def _free_landing(self, landing: Copy) -> None:
+        t = self._tiers[landing.tier]
+        assert isinstance(t, MemoryTier) and landing.extent is not None
+        t.free(landing.extent)
+
+    # ----------------------------------------------------------------- hints
+    def hint(self, keys: Iterable[Key]) -> None:
+        """Declare the order of coming revisits: prefetch these keys, in this order.
+
+        Keys not (yet) in the cache are skipped when their turn comes.
+        """
+        self._check_open()
+        self._raise_errors()
+        for key in [canonical_key(k) for k in keys]:
+            with self._cond:
+                entry = self._index.get(key)
+                if entry is None or (entry.prefetch is not None and not entry.prefetch.done()):
+                    continue
+                entry.prefetch = self._prefetch_lane.submit(self._prefetch, entry)
+
+    def _prefetch(self, entry: Entry) -> None:
+        with self._cond:
+            if entry.gone or any(isinstance(self._tiers[i], MemoryTier) for i in entry.copies):
+                return
+            copy = entry.fastest()
+            copy.pins += 1
+        try:
+            region, landing = self._landing(entry, copy.tier)
+            if landing is None:
+                return
+            t = self._tiers[copy.tier]
+            assert isinstance(t, PersistentTier) and copy.record is not None
+            try:
+                read_persistent(t, copy.record, region)
+            except BaseException:
+                with self._cond:
+                    self._free_landing(landing)
+                raise
+            with self._cond:
+                self._tstats(landing.tier).prefetches += 1
+                self._land(entry, landing)
+        finally:
+            with self._cond:
+                doomed = self._unpin(entry, copy)
+            self._delete(doomed)
+
+    # ----------------------------------------------------------------- the rest
+    def discard(self, key: Key) -> None:
+        """Forget ``key`` in every tier, freeing its space now (files are deleted)."""
+        self._check_open()
+        key = canonical_key(key)
+        with self._cond:
+            entry = self._lookup(key)
+            del self._index[key]
+            doomed = self._retire(entry, delete_files=True)
+            self._cond.notify_all()
+        self._delete(doomed)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every entry is durable in its home (deepest) tier.
+
+        Raises
+        ------
+        BackgroundError
+            If a transfer failed (the data stays in the faster tier; a later ``flush``
+            retries it).
+        TimeoutError
+            If ``timeout`` seconds pass first.
+        """
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self._raise_errors()
+            with self._cond:
+                for entry in self._index.values():
+                    self._schedule_drain(entry)
+                futures = [e.drain for e in self._index.values() if e.drain is not None]
+            if not futures:
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"flush: {len(futures)} transfers still running")
+            concurrent.futures.wait(futures, timeout=remaining)
+
+    def close(self, *, drain: bool = True) -> None:
+        """Drain (unless ``drain=False``), stop the lanes and release the tiers; idempotent."""
+        if self._closed:
+            return
+        try:
+            if drain:
+                self.flush()
+        finally:
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+            for lane in [self._prefetch_lane, *self._lanes.values()]:
+                lane.shutdown(cancel=True)
+            for tier in self._tiers:
+                tier.close()
+
+    def stats(self) -> CacheStats:
+        """Return a snapshot of the counters (per tier and overall)."""
+        with self._cond:
+            for tier in self._tiers:
+                self._stats.tiers[tier.name].used_bytes = tier.used_bytes
+            return CacheStats(**{**self._stats.__dict__, "tiers": {
+                name: type(s)(**s.__dict__) for name, s in self._stats.tiers.items()}})
+
+    def keys(self) -> list[Key]:
+        """Return the keys currently stored."""
+        with self._cond:
+            return list(self._index)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            key = canonical_key(key)
+        except (TypeError, ValueError):
+            return False
+        with self._cond:
+            return key in self._index
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._index)
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(drain=exc_type is None)
+
+    @property
+    def tiers(self) -> list[Tier]:
+        """The tiers, fastest first."""
+        return list(self._tiers)

@@ -1,0 +1,35 @@
+"""Cache configuration: one frozen, keyword-only dataclass, validated at the edge."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+OnFull = Literal["block", "spill"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """How the cache behaves when tiers fill and when it reads back.
+
+    Attributes
+    ----------
+    on_full : {"block", "spill"}
+        When the top tier is full of dirty data: ``"block"`` waits in ``store`` for a drain
+        to free room (up to ``full_timeout_s``, then :class:`~tiered.TierFullError`);
+        ``"spill"`` writes the value into the next tier with room instead.
+    full_timeout_s : float
+        Longest wait for room, in seconds (stores and background transfers alike).
+    promote : bool
+        Copy an entry read from a persistent tier into the fastest memory tier with room.
+    """
+
+    on_full: OnFull = "block"
+    full_timeout_s: float = 120.0
+    promote: bool = True
+
+    def __post_init__(self) -> None:
+        if self.on_full not in ("block", "spill"):
+            raise ValueError(f"on_full={self.on_full!r}: use 'block' or 'spill'")
+        if not self.full_timeout_s > 0:
+            raise ValueError(f"full_timeout_s must be > 0 seconds, got {self.full_timeout_s}")

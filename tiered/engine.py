@@ -1,0 +1,326 @@
+"""The cache's internals: index bookkeeping, room-making, drains, recovery.
+
+Everything here that touches ``self._index`` runs under ``self._cond`` (the single metadata
+lock); nothing holds it across I/O or ``Future.result()``.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tiered.config import CacheConfig
+from tiered.errors import BackgroundError, CacheClosedError, TierFullError
+from tiered.index import Copy, Entry
+from tiered.keys import Key
+from tiered.movers import Lane, host_view, leaf_checksums, read_persistent, staging_buffer
+from tiered.payload import copy_region
+from tiered.policies.base import EventContext, EvictionPolicy, PolicySpec, VictimContext
+from tiered.policies.base import make_eviction
+from tiered.sizes import format_size
+from tiered.stats import CacheStats, TierStats
+from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
+from tiered.values import ValueMeta
+
+log = logging.getLogger(__name__)
+
+
+def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
+    first = make_eviction(spec)
+    if isinstance(spec, str) or first is not spec:
+        return [first] + [make_eviction(spec) for _ in range(count - 1)]
+    return [first] + [_copy.deepcopy(first) for _ in range(count - 1)]  # one state per tier
+
+
+class EngineCore:
+    """Index, room-making and background drains shared by the public :class:`Cache`."""
+
+    def __init__(self, tiers: Sequence[Tier], eviction: PolicySpec, config: CacheConfig) -> None:
+        tiers = list(tiers)
+        if not tiers or not all(isinstance(t, Tier) for t in tiers):
+            raise ValueError("tiers must be a non-empty list of tiered tiers, fastest first")
+        names = [t.name for t in tiers]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tier names must be unique, got {names}; pass name=... to tell "
+                             "two tiers of one kind apart")
+        self._tiers = tiers
+        self._config = config
+        self._policies = _policies(eviction, len(tiers))
+        self._cond = threading.Condition()
+        self._index: dict[Key, Entry] = {}
+        self._errors: list[BaseException] = []
+        self._closed = False
+        self._clock = 0.0
+        self._next_version = 1
+        self._stats = CacheStats(tiers={t.name: TierStats(capacity_bytes=t.capacity_bytes)
+                                        for t in tiers})
+        self._lanes = {i: Lane(f"to-{t.name}") for i, t in enumerate(tiers) if i > 0}
+        self._prefetch_lane = Lane("prefetch")
+
+    # ----------------------------------------------------------------- small helpers
+    def _tick(self) -> float:
+        self._clock += 1.0
+        return self._clock
+
+    def _tstats(self, tier: int) -> TierStats:
+        return self._stats.tiers[self._tiers[tier].name]
+
+    def _home(self, nbytes: int) -> int:
+        return max(i for i, t in enumerate(self._tiers) if t.fits(nbytes))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CacheClosedError("the cache is closed")
+
+    def _raise_errors(self) -> None:
+        """Raise the first background error not yet reported (under no lock)."""
+        with self._cond:
+            if not self._errors:
+                return
+            first, self._errors = self._errors[0], []
+        raise BackgroundError(f"a background transfer failed: {first}") from first
+
+    def _add_copy(self, entry: Entry, copy: Copy) -> None:
+        entry.copies[copy.tier] = copy
+        self._policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
+            nbytes=entry.meta.nbytes, now=self._tick()))
+        self._tstats(copy.tier).entries += 1
+
+    def _drop_copy(self, entry: Entry, tier: int) -> Record | None:
+        """Forget ``entry``'s copy in ``tier``; return a record whose file must be deleted."""
+        copy = entry.copies.pop(tier)
+        self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
+        self._tstats(tier).entries -= 1
+        if copy.extent is not None:
+            t = self._tiers[tier]
+            assert isinstance(t, MemoryTier)
+            t.free(copy.extent)
+        return copy.record
+
+    def _unpin(self, entry: Entry, copy: Copy) -> list[tuple[int, Record]]:
+        copy.pins -= 1
+        doomed: list[tuple[int, Record]] = []
+        if entry.gone and copy.pins == 0 and entry.copies.get(copy.tier) is copy:
+            record = self._drop_copy(entry, copy.tier)
+            if record is not None and entry.delete_files:
+                doomed.append((copy.tier, record))
+        self._cond.notify_all()
+        return doomed
+
+    def _delete(self, doomed: Sequence[tuple[int, Record]]) -> None:
+        """Delete persistent records (outside the lock)."""
+        for tier, record in doomed:
+            t = self._tiers[tier]
+            assert isinstance(t, PersistentTier)
+            t.delete(record)
+
+    # ----------------------------------------------------------------- room
+    def _evict_one(self, tier: int, need: int) -> Record | None | bool:
+        """Evict one clean copy from ``tier``; False if none can go."""
+        candidates = {k for k, e in self._index.items() if e.evictable(tier)}
+        if not candidates:
+            return False
+        key = self._policies[tier].victim(candidates, ctx=VictimContext(need_bytes=need,
+                                                                         now=self._clock))
+        if key is None or key not in candidates:
+            return False
+        self._tstats(tier).evictions += 1
+        record = self._drop_copy(self._index[key], tier)
+        return record if record is not None else True
+
+    def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False) -> Any:
+        """Reserve ``nbytes`` in memory tier ``tier``, evicting clean copies; maybe wait.
+
+        Returns the extent, or ``None`` when ``wait`` is false and no room can be made.
+        Raises :class:`TierFullError` when waiting past ``full_timeout_s``.
+        """
+        t = self._tiers[tier]
+        assert isinstance(t, MemoryTier)
+        deadline = time.monotonic() + self._config.full_timeout_s
+        while True:
+            extent = t.allocate(nbytes)
+            if extent is not None:
+                return extent
+            if self._evict_one(tier, nbytes) is not False:
+                continue
+            if not wait:
+                return None
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise TierFullError(
+                    f"{t.name}: no room for {format_size(nbytes)} after "
+                    f"{self._config.full_timeout_s:g} s (used {format_size(t.used_bytes)} of "
+                    f"{format_size(t.capacity_bytes or 0)}, all dirty or in use); raise "
+                    "full_timeout_s, add capacity, or use on_full='spill'")
+            started = time.perf_counter()
+            self._cond.wait(min(remaining, 1.0))
+            if caller:
+                self._stats.blocked_s += time.perf_counter() - started
+
+    def _room_persistent(self, tier: int, nbytes: int) -> list[tuple[int, Record]]:
+        """Choose clean copies to evict from a persistent tier so ``nbytes`` more fit."""
+        t = self._tiers[tier]
+        assert isinstance(t, PersistentTier)
+        doomed: list[tuple[int, Record]] = []
+        freed = 0
+        while t.capacity_bytes is not None and t.used_bytes - freed + nbytes > t.capacity_bytes:
+            record = self._evict_one(tier, nbytes)
+            if not isinstance(record, Record):
+                break
+            doomed.append((tier, record))
+            freed += record.file_bytes
+        return doomed
+
+    # ----------------------------------------------------------------- drains
+    def _schedule_drain(self, entry: Entry) -> None:
+        if entry.gone or not entry.dirty or entry.drain is not None or self._closed:
+            return
+        deepest = max(entry.copies)
+        dst = next(i for i in range(deepest + 1, entry.home + 1)
+                   if self._tiers[i].fits(entry.meta.nbytes))
+        entry.drain = self._lanes[dst].submit(self._run_drain, entry, dst)
+
+    def _run_drain(self, entry: Entry, dst: int) -> None:
+        try:
+            self._drain(entry, dst)
+        except BaseException as exc:
+            log.error("drain of %r into %s failed: %s", entry.key, self._tiers[dst].name, exc)
+            with self._cond:
+                entry.drain = None
+                self._errors.append(exc)
+                self._stats.background_errors += 1
+                self._cond.notify_all()
+            raise
+
+    def _drain(self, entry: Entry, dst: int) -> None:
+        nbytes = entry.meta.nbytes
+        with self._cond:
+            if entry.gone:
+                entry.drain = None
+                return
+            src = entry.fastest()
+            src.pins += 1
+            extent = None
+            doomed: list[tuple[int, Record]] = []
+            try:
+                if isinstance(self._tiers[dst], MemoryTier):
+                    extent = self._reserve(dst, nbytes, wait=True)
+                else:
+                    doomed = self._room_persistent(dst, nbytes)
+            except BaseException:
+                self._delete(self._unpin(entry, src))
+                raise
+        try:
+            self._delete(doomed)
+            new = self._transfer(entry, src, dst, extent)
+        except BaseException:
+            with self._cond:
+                self._delete(self._unpin(entry, src))
+                if extent is not None:
+                    t = self._tiers[dst]
+                    assert isinstance(t, MemoryTier)
+                    t.free(extent)
+            raise
+        self._finish_drain(entry, src, new)
+
+    def _finish_drain(self, entry: Entry, src: Copy, new: Copy) -> None:
+        nbytes = entry.meta.nbytes
+        with self._cond:
+            doomed = self._unpin(entry, src)
+            entry.drain = None
+            self._tstats(src.tier).bytes_out += nbytes
+            self._tstats(new.tier).bytes_in += nbytes
+            if entry.gone:
+                self._add_copy(entry, new)
+                record = self._drop_copy(entry, new.tier)
+                if record is not None and entry.delete_files:
+                    doomed.append((new.tier, record))
+            else:
+                self._add_copy(entry, new)
+                if entry.dirty:
+                    self._schedule_drain(entry)
+                else:
+                    doomed += entry.superseded
+                    entry.superseded = []
+            self._cond.notify_all()
+        self._delete(doomed)
+
+    def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:
+        """Move bytes from ``src`` into tier ``dst`` (no lock held)."""
+        meta, n = entry.meta, entry.meta.nbytes
+        stier, dtier = self._tiers[src.tier], self._tiers[dst]
+        sregion = stier.region(src.extent, n) if isinstance(stier, MemoryTier) else None
+        if isinstance(dtier, MemoryTier):
+            dregion = dtier.region(extent, n)
+            if sregion is not None:
+                copy_region(dregion, sregion)
+            else:
+                assert isinstance(stier, PersistentTier) and src.record is not None
+                read_persistent(stier, src.record, dregion)
+            return Copy(dst, extent=extent)
+        if sregion is not None:
+            host = host_view(sregion, n)
+        else:
+            assert isinstance(stier, PersistentTier) and src.record is not None
+            host = staging_buffer(n)
+            stier.get_into(src.record, host)
+        if entry.checksums is None:
+            entry.checksums = leaf_checksums(host, meta)
+        assert isinstance(dtier, PersistentTier)
+        return Copy(dst, record=dtier.put(entry.key, entry.version, meta, host,
+                                          entry.checksums))
+
+    # ----------------------------------------------------------------- retire / recover
+    def _retire(self, old: Entry, *, delete_files: bool) -> list[tuple[int, Record]]:
+        """Mark ``old`` gone; free unpinned copies. Returns records to delete now."""
+        old.gone = True
+        old.delete_files = delete_files
+        doomed: list[tuple[int, Record]] = []
+        for tier, copy in list(old.copies.items()):
+            if copy.pins == 0:
+                record = self._drop_copy(old, tier)
+                if record is not None:
+                    doomed.append((tier, record))
+        if delete_files:
+            doomed += old.superseded
+            old.superseded = []
+            return doomed
+        keep, old.superseded = doomed + old.superseded, []
+        return keep  # the caller parks these on the new version
+
+    def _recover(self) -> list[str]:
+        """Rebuild the index from the persistent tiers (this is restart)."""
+        problems: list[str] = []
+        found: dict[Key, list[tuple[int, Record]]] = {}
+        for i, tier in enumerate(self._tiers):
+            if isinstance(tier, PersistentTier):
+                report = tier.scan()
+                problems += report.problems
+                for record in report.records:
+                    found.setdefault(record.key, []).append((i, record))
+        for key, copies in found.items():
+            self._recover_entry(key, copies)
+        for problem in problems:
+            log.warning("recovery: %s", problem)
+        return problems
+
+    def _recover_entry(self, key: Key, copies: list[tuple[int, Record]]) -> None:
+        newest = max(r.version for _, r in copies)
+        current = [(i, r) for i, r in copies if r.version == newest]
+        meta: ValueMeta = current[0][1].meta
+        entry = Entry(key, newest, meta, self._home(meta.nbytes),
+                      checksums=current[0][1].checksums)
+        entry.superseded = [(i, r) for i, r in copies if r.version != newest]
+        for i, record in current:
+            self._add_copy(entry, Copy(i, record=record))
+        self._index[key] = entry
+        self._next_version = max(self._next_version, newest + 1)
+        if entry.dirty:
+            self._schedule_drain(entry)
+        elif entry.superseded:
+            self._delete(entry.superseded)
+            entry.superseded = []

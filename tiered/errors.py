@@ -1,0 +1,45 @@
+"""The exception hierarchy: one root, each class also the builtin a user would catch."""
+
+from __future__ import annotations
+
+
+class TieredError(Exception):
+    """Root of every error raised by tiered."""
+
+
+class TierFullError(TieredError, MemoryError):
+    """No tier could make room for a value (within the configured timeout)."""
+
+
+class CorruptDataError(TieredError, IOError):
+    """Stored bytes failed their checksum or their manifest is damaged.
+
+    Parameters
+    ----------
+    message : str
+        What failed, naming the key and the tier.
+    key : object, optional
+        The canonical key concerned, when known.
+    tier : str, optional
+        The tier's name, when known.
+    """
+
+    def __init__(self, message: str, *, key: object = None, tier: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.tier = tier
+
+
+class UnknownKeyError(TieredError, KeyError):
+    """The key was never stored, or was discarded."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the sentence readable.
+        return str(self.args[0]) if self.args else "unknown key"
+
+
+class BackgroundError(TieredError, IOError):
+    """A background transfer failed; raised at the next call into the cache."""
+
+
+class CacheClosedError(TieredError, RuntimeError):
+    """The cache was used after ``close()``."""

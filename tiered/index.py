@@ -1,0 +1,58 @@
+"""The cache's index: which tiers hold a copy of which entry, and in what state."""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import Future
+from typing import Any
+
+from tiered.arena import Extent
+from tiered.keys import Key
+from tiered.tiers.base import Record
+from tiered.values import ValueMeta
+
+
+@dataclasses.dataclass
+class Copy:
+    """One entry's bytes in one tier: an extent (memory tiers) or a record (persistent)."""
+
+    tier: int
+    extent: Extent | None = None
+    record: Record | None = None
+    pins: int = 0
+
+
+@dataclasses.dataclass
+class Entry:
+    """One key's current version and where its bytes are.
+
+    ``home`` is the deepest tier that can hold it: the entry is *dirty* until a copy is
+    there. ``superseded`` holds older versions' persistent records, deleted once this version
+    is home (so a crash in between still leaves the older version durable).
+    """
+
+    key: Key
+    version: int
+    meta: ValueMeta
+    home: int
+    copies: dict[int, Copy] = dataclasses.field(default_factory=dict)
+    checksums: tuple[int, ...] | None = None
+    drain: Future[Any] | None = None
+    prefetch: Future[Any] | None = None
+    superseded: list[tuple[int, Record]] = dataclasses.field(default_factory=list)
+    gone: bool = False  # discarded or replaced: free copies as their pins drop
+    delete_files: bool = True  # when gone: delete its files too (False: kept for the next)
+
+    @property
+    def dirty(self) -> bool:
+        """Whether the entry still lacks a copy in its home tier."""
+        return self.home not in self.copies
+
+    def fastest(self) -> Copy:
+        """Return the copy in the fastest (lowest-index) tier."""
+        return self.copies[min(self.copies)]
+
+    def evictable(self, tier: int) -> bool:
+        """Whether the copy in ``tier`` may go: unpinned, with a copy below it."""
+        copy = self.copies.get(tier)
+        return copy is not None and copy.pins == 0 and any(t > tier for t in self.copies)

@@ -1,0 +1,71 @@
+"""Keys: validation, canonical form, and a file-name encoding that cannot escape a root."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import urllib.parse
+from typing import Any, Union
+
+Key = Union[str, int, tuple[Union[str, int], ...]]
+
+_MAX_NAME = 160  # leaves room under NAME_MAX (255) for version and suffix
+
+
+def canonical_key(key: object) -> Key:
+    """Validate ``key`` and return its canonical form.
+
+    Keys are ``str``, ``int`` or flat tuples of them. Strings must be non-empty and free of
+    NUL, ``/`` and ``\\``, and may not be ``.`` or ``..`` — so no key can name a path.
+
+    Raises
+    ------
+    TypeError
+        For a key of another type (floats, bools, lists, nested tuples, ...).
+    ValueError
+        For an empty or path-like string, or an empty tuple.
+    """
+    if isinstance(key, tuple):
+        if not key:
+            raise ValueError("key tuple must not be empty")
+        return tuple(_atom(part, key) for part in key)
+    return _atom(key, key)
+
+
+def _atom(part: object, whole: object) -> str | int:
+    if isinstance(part, bool) or not isinstance(part, (str, numbers.Integral)):
+        raise TypeError(f"key {whole!r}: parts must be str or int, not {type(part).__name__}")
+    if isinstance(part, numbers.Integral):
+        return int(part)
+    if part == "":
+        raise ValueError(f"key {whole!r}: empty string")
+    if "\x00" in part or "/" in part or "\\" in part:
+        raise ValueError(f"key {whole!r}: must not contain NUL, '/' or '\\'")
+    if part in (".", ".."):
+        raise ValueError(f"key {whole!r}: '.' and '..' are not allowed")
+    return part
+
+
+def key_to_json(key: Key) -> Any:
+    """Return a JSON-serialisable form of a canonical key (tuples become lists)."""
+    return list(key) if isinstance(key, tuple) else key
+
+
+def key_from_json(obj: Any) -> Key:
+    """Invert :func:`key_to_json`, validating as :func:`canonical_key` does."""
+    return canonical_key(tuple(obj) if isinstance(obj, list) else obj)
+
+
+def key_filename(key: Key) -> str:
+    """Return a file-name stem for ``key``: readable, unique, never a path.
+
+    Every character outside ``[A-Za-z0-9_-]`` is percent-encoded (so ``.`` and ``/`` never
+    appear); over-long names are shortened and suffixed with a hash of the full key.
+    """
+    text = json.dumps(key_to_json(key), separators=(",", ":"), ensure_ascii=False)
+    name = urllib.parse.quote(text, safe="").replace(".", "%2E").replace("~", "%7E")
+    if len(name) > _MAX_NAME:
+        digest = hashlib.sha1(text.encode()).hexdigest()[:16]
+        name = name[: _MAX_NAME - 17] + "_" + digest
+    return name

@@ -1,0 +1,76 @@
+"""Movers: background lanes and the byte transfers they run between tiers.
+
+A lane is one worker thread with a FIFO of transfers; every transfer is a
+``concurrent.futures.Future``. Transfers hold no cache lock: the cache pins the source copy
+and reserves the destination before it submits one.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from tiered.checksum import checksum
+from tiered.payload import copy_region, is_torch_region, leaf_bytes
+from tiered.tiers.base import MemoryTier, PersistentTier, Record
+from tiered.values import ValueMeta
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Lane:
+    """One background worker thread, named for what it moves."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tiered-{name}")
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue ``fn(*args)``; returns its future."""
+        return self._pool.submit(fn, *args)
+
+    def shutdown(self, *, cancel: bool) -> None:
+        """Stop the worker after the running transfer; drop queued ones if ``cancel``."""
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def staging_buffer(nbytes: int) -> np.ndarray:
+    """Return a fresh page-aligned host buffer (for paths with no host tier to land in)."""
+    mapping = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return np.frombuffer(mapping, dtype=np.uint8)[:nbytes]
+
+
+def host_view(region: Any, nbytes: int) -> np.ndarray:
+    """Return ``region`` as host bytes, staging device memory through a fresh buffer."""
+    if not is_torch_region(region):
+        return region  # type: ignore[no-any-return]
+    out = staging_buffer(nbytes)
+    copy_region(out, region)
+    return out
+
+
+def leaf_checksums(region: np.ndarray, meta: ValueMeta) -> tuple[int, ...]:
+    """Checksum each leaf of a host region."""
+    return tuple(checksum(leaf_bytes(region, leaf)) for leaf in meta.leaves)
+
+
+def read_persistent(tier: PersistentTier, record: Record, dst: Any) -> None:
+    """Read ``record`` into ``dst`` (host or device region), verifying it on the host."""
+    if is_torch_region(dst):
+        host = staging_buffer(record.meta.nbytes)
+        tier.get_into(record, host)
+        copy_region(dst, host)
+    else:
+        tier.get_into(record, dst)
+
+
+def region_of(tier: Any, copy_extent: Any, nbytes: int) -> Any:
+    """Return the region of an extent in a memory tier."""
+    assert isinstance(tier, MemoryTier)
+    return tier.region(copy_extent, nbytes)

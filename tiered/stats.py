@@ -1,0 +1,46 @@
+"""Counters the cache keeps, per tier and overall (mutated under the cache lock)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class TierStats:
+    """Per-tier counters."""
+
+    hits: int = 0
+    misses: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    evictions: int = 0
+    prefetches: int = 0
+    entries: int = 0
+    used_bytes: int = 0
+    capacity_bytes: int | None = None
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """Whole-cache counters; ``tiers`` maps tier name to :class:`TierStats`.
+
+    ``blocked_s`` is time callers spent inside ``store`` waiting for room; ``stall_s`` is
+    time ``revisit`` spent on data that was not in a memory tier (reads from a persistent
+    tier, or waiting for an in-flight prefetch).
+    """
+
+    tiers: dict[str, TierStats]
+    stores: int = 0
+    revisits: int = 0
+    bytes_stored: int = 0
+    blocked_s: float = 0.0
+    stall_s: float = 0.0
+    late_prefetches: int = 0
+    late_prefetch_wait_s: float = 0.0
+    corrupt_reads: int = 0
+    background_errors: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return a plain, JSON-serialisable copy."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,317 @@
+"""Tier ABCs: shared capacity accounting, close/context manager, the atomic-write protocol.
+
+Call sequence for a memory tier (owned by one cache; the cache's metadata lock serialises
+``allocate``/``free``, the copies into a region run outside it)::
+
+    extent = tier.allocate(nbytes)       # None if no contiguous room
+    region = tier.region(extent, nbytes) # a view; fill or read it outside any lock
+    tier.free(extent)
+
+Call sequence for a persistent tier (thread-safe for distinct objects)::
+
+    record = tier.put(key, version, meta, region, checksums)  # durable on return
+    tier.get_into(record, region)        # verifies every leaf checksum first
+    tier.delete(record)
+    report = tier.scan()                 # at open: the committed, well-formed objects
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import logging
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tiered.arena import Arena, Extent
+from tiered.checksum import ALGORITHM, check_algorithm, checksum
+from tiered.errors import CorruptDataError, TierFullError
+from tiered.keys import Key, key_filename, key_from_json, key_to_json
+from tiered.payload import leaf_bytes
+from tiered.sizes import format_size, parse_size
+from tiered.values import ValueMeta
+
+log = logging.getLogger(__name__)
+FORMAT = "tiered/1"
+TMP_PREFIX = ".tmp-"
+
+
+class Tier(abc.ABC):
+    """A level of the hierarchy: capacity accounting, ``close`` and a context manager."""
+
+    persistent: ClassVar[bool] = False
+
+    def __init__(self, *, capacity: int | str | None, name: str) -> None:
+        self.capacity_bytes = parse_size(capacity, name="capacity")
+        self.name = name
+        self.closed = False
+
+    @property
+    @abc.abstractmethod
+    def used_bytes(self) -> int:
+        """Bytes currently held."""
+
+    def fits(self, nbytes: int) -> bool:
+        """Return whether a value of ``nbytes`` could ever fit this tier."""
+        return self.capacity_bytes is None or self.footprint(nbytes) <= self.capacity_bytes
+
+    def footprint(self, nbytes: int) -> int:
+        """Bytes of capacity a payload of ``nbytes`` occupies here."""
+        return nbytes
+
+    def close(self) -> None:
+        """Release resources; idempotent."""
+        self.closed = True
+
+    def __enter__(self) -> Tier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        cap = "unlimited" if self.capacity_bytes is None else format_size(self.capacity_bytes)
+        return f"{type(self).__name__}(name={self.name!r}, capacity={cap})"
+
+
+class MemoryTier(Tier):
+    """A tier over one pre-allocated buffer carved into page-aligned extents."""
+
+    def __init__(self, *, capacity: int | str, name: str) -> None:
+        super().__init__(capacity=capacity, name=name)
+        if self.capacity_bytes is None:
+            raise ValueError(f"{type(self).__name__} needs a capacity, e.g. capacity='1GiB'")
+        self._arena = Arena(self.capacity_bytes)
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes reserved by live extents (page-rounded)."""
+        return self._arena.used
+
+    def footprint(self, nbytes: int) -> int:
+        """Page-rounded size of a payload."""
+        return Arena.rounded(nbytes)
+
+    def allocate(self, nbytes: int) -> Extent | None:
+        """Reserve room for a payload, or ``None`` if no free extent is large enough."""
+        with self._lock:
+            return self._arena.allocate(nbytes)
+
+    def free(self, extent: Extent) -> None:
+        """Release an extent."""
+        with self._lock:
+            self._arena.free(extent)
+
+    @abc.abstractmethod
+    def region(self, extent: Extent, nbytes: int) -> Any:
+        """Return a writable 1-D uint8 view of the first ``nbytes`` of ``extent``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One committed object in a persistent tier."""
+
+    key: Key
+    version: int
+    meta: ValueMeta
+    checksums: tuple[int, ...]
+    path: Path
+    file_bytes: int
+    offsets: tuple[int | None, ...] | None = None  # where each leaf starts, if not implied
+
+
+@dataclasses.dataclass
+class ScanReport:
+    """What :meth:`PersistentTier.scan` found: good records and what it set aside."""
+
+    records: list[Record]
+    problems: list[str]
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def pwrite_all(fd: int, buf: Any, offset: int) -> None:
+    """Write all of ``buf`` at ``offset`` (looping over short writes, GIL released)."""
+    view = memoryview(buf).cast("B")
+    step = 1 << 30
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done: done + step], offset + done)
+
+
+def pread_into(fd: int, buf: Any, offset: int) -> None:
+    """Fill ``buf`` from ``offset``; a short file is a :class:`CorruptDataError`."""
+    view = memoryview(buf).cast("B")
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done: done + (1 << 30)]], offset + done)
+        if n == 0:
+            raise CorruptDataError(f"file ends {len(view) - done} bytes early")
+        done += n
+
+
+class PersistentTier(Tier):
+    """A durable tier: one file per object version, written atomically, checksummed."""
+
+    persistent = True
+    suffix: ClassVar[str] = ".bin"
+
+    def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,
+                 name: str) -> None:
+        super().__init__(capacity=capacity, name=name)
+        self.root = Path(path)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._used = 0
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes of committed object files this process knows of."""
+        return self._used
+
+    def has_room(self, nbytes: int) -> bool:
+        """Return whether ``nbytes`` more would still fit."""
+        return self.capacity_bytes is None or self._used + nbytes <= self.capacity_bytes
+
+    def path_for(self, key: Key, version: int) -> Path:
+        """Return the committed path of ``key`` at ``version`` (always inside the root)."""
+        path = self.root / f"{key_filename(key)}~{version:016x}{self.suffix}"
+        if path.parent != self.root:  # key_filename never yields a separator; keep it so
+            raise AssertionError(f"key {key!r} escaped the tier root")
+        return path
+
+    def put(self, key: Key, version: int, meta: ValueMeta, region: np.ndarray,
+            checksums: tuple[int, ...]) -> Record:
+        """Write an object atomically: temp file, fsync, rename, fsync the directory.
+
+        Raises
+        ------
+        TierFullError
+            If the tier's capacity would be exceeded (the disk itself reports ``OSError``).
+        """
+        if not self.has_room(meta.nbytes):
+            raise TierFullError(f"{self.name}: {format_size(meta.nbytes)} more would exceed "
+                                f"capacity {format_size(self.capacity_bytes or 0)}")
+        manifest = {"format": FORMAT, "key": key_to_json(key), "version": version,
+                    "meta": meta.to_json(),
+                    "checksum": {"algorithm": ALGORITHM, "leaves": list(checksums)}}
+        tmp = self.root / f"{TMP_PREFIX}{uuid.uuid4().hex}{self.suffix}"
+        final = self.path_for(key, version)
+        try:
+            self._write_file(tmp, manifest, meta, region)
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(self.root)
+        offsets = manifest.get("_offsets")
+        record = Record(key, version, meta, checksums, final, final.stat().st_size,
+                        None if offsets is None else tuple(offsets))
+        with self._lock:
+            self._used += record.file_bytes
+        return record
+
+    def get_into(self, record: Record, region: np.ndarray) -> None:
+        """Read ``record``'s payload into a host region and verify every leaf.
+
+        Raises
+        ------
+        CorruptDataError
+            If the file is missing, short or any leaf fails its checksum.
+        """
+        try:
+            self._read_payload(record, region)
+        except (OSError, ValueError, KeyError) as exc:
+            if isinstance(exc, CorruptDataError):
+                exc.key, exc.tier = record.key, self.name
+                raise
+            raise CorruptDataError(f"{self.name}: cannot read key {record.key!r} from "
+                                   f"{record.path}: {exc}", key=record.key,
+                                   tier=self.name) from exc
+        for i, leaf in enumerate(record.meta.leaves):
+            if checksum(leaf_bytes(region, leaf)) != record.checksums[i]:
+                raise CorruptDataError(
+                    f"{self.name}: key {record.key!r} failed its checksum at leaf "
+                    f"{leaf.path or '<root>'} in {record.path}", key=record.key, tier=self.name)
+
+    def delete(self, record: Record) -> None:
+        """Remove an object (missing files are fine: deleting is idempotent)."""
+        try:
+            record.path.unlink()
+        except FileNotFoundError:
+            return
+        with self._lock:
+            self._used -= record.file_bytes
+
+    def scan(self) -> ScanReport:
+        """Find committed objects; set aside temp files, damaged files and old versions."""
+        problems: list[str] = []
+        newest: dict[Key, Record] = {}
+        for path in sorted(self.root.iterdir()):
+            if path.name.startswith(TMP_PREFIX):
+                problems.append(f"{self.name}: removed incomplete write {path.name}")
+                path.unlink(missing_ok=True)
+            elif path.suffix == self.suffix and path.is_file():
+                self._scan_one(path, newest, problems)
+        with self._lock:
+            self._used = sum(r.file_bytes for r in newest.values())
+        return ScanReport(sorted(newest.values(), key=lambda r: r.version), problems)
+
+    def _scan_one(self, path: Path, newest: dict[Key, Record], problems: list[str]) -> None:
+        try:
+            record = self._record_from(path, self._read_manifest(path))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
+            return
+        old = newest.get(record.key)
+        if old is not None and old.version > record.version:
+            old, record = record, old
+        if old is not None:
+            problems.append(f"{self.name}: superseded version {old.path.name} removed")
+            old.path.unlink(missing_ok=True)
+        newest[record.key] = record
+
+    @staticmethod
+    def _record_from(path: Path, manifest: dict[str, Any]) -> Record:
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"unknown format {manifest.get('format')!r}")
+        check_algorithm(manifest["checksum"]["algorithm"])
+        meta = ValueMeta.from_json(manifest["meta"])
+        sums = tuple(int(c) for c in manifest["checksum"]["leaves"])
+        if len(sums) != len(meta.leaves):
+            raise ValueError("checksum count does not match leaf count")
+        offsets = manifest.get("_offsets")
+        return Record(key_from_json(manifest["key"]), int(manifest["version"]), meta, sums,
+                      path, path.stat().st_size, None if offsets is None else tuple(offsets))
+
+    @staticmethod
+    def encode_manifest(manifest: dict[str, Any]) -> bytes:
+        """Serialise a manifest."""
+        return json.dumps(manifest, separators=(",", ":")).encode()
+
+    @abc.abstractmethod
+    def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
+                    region: np.ndarray) -> None:
+        """Write payload and manifest (manifest last) to ``tmp`` and fsync it."""
+
+    @abc.abstractmethod
+    def _read_manifest(self, path: Path) -> dict[str, Any]:
+        """Return the manifest of a committed file; raise ``ValueError`` if damaged."""
+
+    @abc.abstractmethod
+    def _read_payload(self, record: Record, region: np.ndarray) -> None:
+        """Read the payload bytes of ``record`` into ``region`` (no verification)."""
