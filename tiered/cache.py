@@ -248,19 +248,22 @@ class Cache(EngineCore):
 
     def _after_corrupt(self, entry: Entry, tier: int, exc: CorruptDataError,
                        landing: Copy | None) -> int:
-        """Set a corrupt copy aside; return the next tier to try or re-raise."""
+        """Quarantine a corrupt copy if a deeper one exists and return its tier; else raise."""
         log.error("%s", exc)
         with self._cond:
             self._stats.corrupt_reads += 1
-            if entry.copies.get(tier) is not None and entry.copies[tier].pins <= 1:
-                self._drop_copy(entry, tier)  # the file stays on disk for inspection
             deeper = [i for i in entry.copies if i > tier
                       and isinstance(self._tiers[i], PersistentTier)]
-            if not deeper:
+            if not deeper:  # keep the entry: each revisit reports it again
                 if landing is not None:
                     self._free_landing(landing)
                 raise exc
-            return min(deeper)
+            record = self._drop_copy(entry, tier) if entry.copies[tier].pins <= 1 else None
+        if record is not None:
+            t = self._tiers[tier]
+            assert isinstance(t, PersistentTier)
+            t.quarantine(record)
+        return min(deeper)
 
     def _landing(self, entry: Entry, source: int) -> tuple[Any, Copy | None]:
         """Where a persistent read lands: a promoted memory copy, or a staging buffer."""
@@ -355,17 +358,18 @@ class Cache(EngineCore):
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self._raise_errors()
             with self._cond:
                 for entry in self._index.values():
                     self._schedule_drain(entry)
                 futures = [e.drain for e in self._index.values() if e.drain is not None]
+            if futures:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"flush: {len(futures)} transfers still running")
+                concurrent.futures.wait(futures, timeout=remaining)
+            self._raise_errors()  # after this round settled, so one flush reports once
             if not futures:
                 return
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"flush: {len(futures)} transfers still running")
-            concurrent.futures.wait(futures, timeout=remaining)
 
     def close(self, *, drain: bool = True) -> None:
         """Drain (unless ``drain=False``), stop the lanes and release the tiers; idempotent."""

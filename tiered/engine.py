@@ -81,8 +81,9 @@ class EngineCore:
         with self._cond:
             if not self._errors:
                 return
-            first, self._errors = self._errors[0], []
-        raise BackgroundError(f"a background transfer failed: {first}") from first
+            first, more, self._errors = self._errors[0], len(self._errors) - 1, []
+        also = f" (and {more} more)" if more else ""
+        raise BackgroundError(f"a background transfer failed: {first}{also}") from first
 
     def _add_copy(self, entry: Entry, copy: Copy) -> None:
         entry.copies[copy.tier] = copy
@@ -162,17 +163,29 @@ class EngineCore:
                 self._stats.blocked_s += time.perf_counter() - started
 
     def _room_persistent(self, tier: int, nbytes: int) -> list[tuple[int, Record]]:
-        """Choose clean copies to evict from a persistent tier so ``nbytes`` more fit."""
+        """Choose clean copies to evict from a persistent tier so ``nbytes`` more fit.
+
+        Waits (bounded) for copies to become clean when none is yet. Returns the records
+        whose files the caller deletes, outside the lock, before it writes.
+        """
         t = self._tiers[tier]
         assert isinstance(t, PersistentTier)
         doomed: list[tuple[int, Record]] = []
         freed = 0
-        while t.capacity_bytes is not None and t.used_bytes - freed + nbytes > t.capacity_bytes:
+        need = t.footprint(nbytes)
+        deadline = time.monotonic() + self._config.full_timeout_s
+        while t.capacity_bytes is not None and t.used_bytes - freed + need > t.capacity_bytes:
             record = self._evict_one(tier, nbytes)
-            if not isinstance(record, Record):
-                break
-            doomed.append((tier, record))
-            freed += record.file_bytes
+            if isinstance(record, Record):
+                doomed.append((tier, record))
+                freed += record.file_bytes
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise TierFullError(f"{t.name}: no room for {format_size(need)} after "
+                                    f"{self._config.full_timeout_s:g} s (everything there is "
+                                    "dirty or in use)")
+            self._cond.wait(min(remaining, 1.0))
         return doomed
 
     # ----------------------------------------------------------------- drains

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -115,10 +116,13 @@ class _Flattener:
             if isinstance(obj, float) and not math.isfinite(obj):
                 return {"t": "float", "v": repr(obj)}
             return obj
-        if isinstance(obj, dict):
+        if type(obj) in (dict, OrderedDict):
             items = [[self.dict_key(k, path), self.visit(v, f"{path}[{k!r}]")]
                      for k, v in obj.items()]
-            return {"t": "dict", "v": items}
+            if type(obj) is dict:
+                return {"t": "dict", "v": items}
+            # torch state_dicts are OrderedDicts carrying per-module versions in _metadata
+            return {"t": "odict", "v": items, "m": _jsonable(getattr(obj, "_metadata", None))}
         if isinstance(obj, (list, tuple)) and type(obj) in (list, tuple):
             kind = "list" if isinstance(obj, list) else "tuple"
             return {"t": kind, "v": [self.visit(v, f"{path}[{i}]") for i, v in enumerate(obj)]}
@@ -139,6 +143,14 @@ class _Flattener:
         if isinstance(key, bool) or not isinstance(key, (str, int)):
             raise TypeError(f"value{path}: dict key {key!r} must be str or int")
         return key if isinstance(key, str) else {"t": "int", "v": key}
+
+
+def _jsonable(obj: Any) -> Any:
+    try:
+        json.dumps(obj)
+    except (TypeError, ValueError):
+        return None
+    return obj
 
 
 def flatten(value: Any) -> tuple[ValueMeta, list[Any]]:
@@ -172,4 +184,9 @@ def unflatten(spec: Any, leaves: list[Any]) -> Any:
         return tuple(unflatten(v, leaves) for v in spec["v"])
     if tag == "dict":
         return {unflatten(k, leaves): unflatten(v, leaves) for k, v in spec["v"]}
+    if tag == "odict":
+        out = OrderedDict((unflatten(k, leaves), unflatten(v, leaves)) for k, v in spec["v"])
+        if spec.get("m") is not None:
+            out._metadata = spec["m"]  # type: ignore[attr-defined]
+        return out
     raise ValueError(f"unknown spec tag {tag!r}")

@@ -40,6 +40,7 @@ from tiered.values import ValueMeta
 log = logging.getLogger(__name__)
 FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
+MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
 
 
 class Tier(abc.ABC):
@@ -183,6 +184,10 @@ class PersistentTier(Tier):
         """Bytes of committed object files this process knows of."""
         return self._used
 
+    def footprint(self, nbytes: int) -> int:
+        """Capacity a payload takes here: its bytes plus room for its manifest."""
+        return nbytes + MANIFEST_SLACK
+
     def has_room(self, nbytes: int) -> bool:
         """Return whether ``nbytes`` more would still fit."""
         return self.capacity_bytes is None or self._used + nbytes <= self.capacity_bytes
@@ -257,21 +262,39 @@ class PersistentTier(Tier):
         with self._lock:
             self._used -= record.file_bytes
 
-    def scan(self) -> ScanReport:
-        """Find committed objects; set aside temp files, damaged files and old versions."""
+    def quarantine(self, record: Record) -> None:
+        """Set a corrupt object aside as ``<name>.corrupt`` (kept for inspection)."""
+        try:
+            record.path.replace(record.path.with_name(record.path.name + ".corrupt"))
+        except FileNotFoundError:
+            return
+        with self._lock:
+            self._used -= record.file_bytes
+        log.error("%s: quarantined %s", self.name, record.path.name)
+
+    def scan(self, *, repair: bool = True) -> ScanReport:
+        """Find committed objects; set aside temp files, damaged files and old versions.
+
+        With ``repair`` (what opening a cache does), temp files and superseded versions are
+        deleted; without it they are only reported.
+        """
         problems: list[str] = []
         newest: dict[Key, Record] = {}
         for path in sorted(self.root.iterdir()):
             if path.name.startswith(TMP_PREFIX):
-                problems.append(f"{self.name}: removed incomplete write {path.name}")
-                path.unlink(missing_ok=True)
+                verb = "removed" if repair else "found"
+                problems.append(f"{self.name}: {verb} incomplete write {path.name} "
+                                "(left by a killed writer)")
+                if repair:
+                    path.unlink(missing_ok=True)
             elif path.suffix == self.suffix and path.is_file():
-                self._scan_one(path, newest, problems)
+                self._scan_one(path, newest, problems, repair)
         with self._lock:
             self._used = sum(r.file_bytes for r in newest.values())
         return ScanReport(sorted(newest.values(), key=lambda r: r.version), problems)
 
-    def _scan_one(self, path: Path, newest: dict[Key, Record], problems: list[str]) -> None:
+    def _scan_one(self, path: Path, newest: dict[Key, Record], problems: list[str],
+                  repair: bool) -> None:
         try:
             record = self._record_from(path, self._read_manifest(path))
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -281,8 +304,10 @@ class PersistentTier(Tier):
         if old is not None and old.version > record.version:
             old, record = record, old
         if old is not None:
-            problems.append(f"{self.name}: superseded version {old.path.name} removed")
-            old.path.unlink(missing_ok=True)
+            problems.append(f"{self.name}: superseded version {old.path.name} "
+                            + ("removed" if repair else "found"))
+            if repair:
+                old.path.unlink(missing_ok=True)
         newest[record.key] = record
 
     @staticmethod

@@ -1,0 +1,115 @@
+"""Capacity pressure: nothing lost, dirty never evicted, full tiers push back."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tiered
+
+MiB = 1 << 20
+
+
+def _value(i: int, n: int = MiB // 8) -> np.ndarray:
+    return np.full(n, i, dtype=np.float64)  # 1 MiB each
+
+
+def test_many_entries_under_pressure_lose_nothing(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(6 * MiB), tiered.DirectoryTier(tmp_path / "bb",
+                          capacity=20 * MiB), tiered.HDF5Tier(tmp_path / "pfs")])
+    for i in range(60):
+        cache.store(i, _value(i))
+        # invariant: every copy that left a tier has a copy below it
+        for key in cache.keys():
+            assert key in cache
+    cache.flush()
+    stats = cache.stats()
+    assert stats.tiers["host"].evictions > 0 and stats.tiers["directory"].evictions > 0
+    assert stats.tiers["host"].used_bytes <= 6 * MiB
+    assert stats.tiers["directory"].used_bytes <= 20 * MiB
+    for i in reversed(range(60)):
+        np.testing.assert_array_equal(cache.revisit(i), _value(i))
+    cache.close()
+
+
+def test_dirty_entries_are_never_evicted_and_store_times_out(tmp_path):
+    # host-only: nothing can ever be clean, so a full host must push back
+    cache = tiered.Cache([tiered.HostTier(3 * MiB)], full_timeout_s=0.3)
+    for i in range(3):
+        cache.store(i, _value(i))
+    with pytest.raises(tiered.TierFullError, match="no room"):
+        cache.store(99, _value(99))
+    assert 99 not in cache
+    for i in range(3):
+        np.testing.assert_array_equal(cache.revisit(i), _value(i))
+    assert cache.stats().blocked_s > 0.2
+    cache.close()
+
+
+def test_store_blocks_until_drain_frees_room(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(2 * MiB), tiered.DirectoryTier(tmp_path / "bb")])
+    for i in range(30):  # each store past the second needs a drain to have finished
+        cache.store(i, _value(i))
+    cache.flush()
+    assert all(np.array_equal(cache.revisit(i), _value(i)) for i in range(30))
+    cache.close()
+
+
+def test_spill_writes_to_next_tier_with_room(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(2 * MiB), tiered.HostTier(4 * MiB, name="host2"),
+                          tiered.DirectoryTier(tmp_path / "bb")], on_full="spill")
+    gate = threading.Event()
+    # hold the drain lane so that everything in host stays dirty
+    cache._lanes[1].submit(gate.wait)
+    for i in range(5):
+        cache.store(i, _value(i))
+    gate.set()
+    cache.flush()
+    assert all(np.array_equal(cache.revisit(i), _value(i)) for i in range(5))
+    assert cache.stats().tiers["host2"].bytes_in >= 3 * MiB
+    cache.close()
+
+
+def test_value_larger_than_every_tier_is_refused(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(MiB), tiered.DirectoryTier(tmp_path / "bb",
+                                                                     capacity=2 * MiB)])
+    with pytest.raises(tiered.TierFullError, match="every tier"):
+        cache.store("big", np.zeros(3 * MiB, np.uint8))
+    assert "big" not in cache and list((tmp_path / "bb").iterdir()) == []
+    cache.close()
+
+
+def test_value_larger_than_top_tier_goes_straight_below(tmp_path):
+    with tiered.Cache([tiered.HostTier(MiB), tiered.HDF5Tier(tmp_path / "pfs")]) as cache:
+        cache.store("big", np.arange(3 * MiB // 8, dtype=np.float64))
+        np.testing.assert_array_equal(cache.revisit("big"), np.arange(3 * MiB // 8, dtype=float))
+
+
+def test_discard_frees_space_at_once(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(2 * MiB)], full_timeout_s=0.2)
+    cache.store(0, _value(0))
+    cache.store(1, _value(1))
+    cache.discard(0)
+    cache.store(2, _value(2))  # fits only because 0 went
+    assert 0 not in cache and cache.keys() == [1, 2]
+    cache.close()
+
+
+def test_mutation_after_store_never_changes_what_was_stored(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path / "bb")])
+    buf = np.zeros(1000)
+    state = {"u": buf, "nested": [buf[::2]]}
+    for step in range(5):
+        buf[:] = step
+        cache.store(step, state)
+    buf[:] = -1
+    cache.flush()
+    time.sleep(0.05)
+    for step in range(5):
+        got = cache.revisit(step)
+        np.testing.assert_array_equal(got["u"], np.full(1000, step, float))
+        np.testing.assert_array_equal(got["nested"][0], np.full(500, step, float))
+    cache.close()

@@ -1,0 +1,72 @@
+"""Several threads storing and revisiting at once, over real lanes and real files."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import tiered
+
+
+def test_concurrent_store_and_revisit(tmp_path):
+    cache = tiered.Cache([tiered.HostTier("6MiB"), tiered.DirectoryTier(tmp_path / "bb"),
+                          tiered.HDF5Tier(tmp_path / "pfs")])
+    errors: list[BaseException] = []
+
+    def worker(w: int) -> None:
+        try:
+            for i in range(25):
+                cache.store((f"w{w}", i), np.full(20_000, w * 1000 + i, dtype=np.float64))
+                j = max(0, i - 3)
+                got = cache.revisit((f"w{w}", j))
+                assert got[0] == w * 1000 + j and got[-1] == w * 1000 + j
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    cache.flush()
+    assert len(cache) == 100
+    for w in range(4):
+        for i in range(25):
+            assert cache.revisit((f"w{w}", i))[7] == w * 1000 + i
+    cache.close()
+
+
+def test_same_key_from_many_threads_keeps_one_whole_version(tmp_path):
+    cache = tiered.Cache([tiered.HostTier("8MiB"), tiered.DirectoryTier(tmp_path / "bb")])
+
+    def worker(w: int) -> None:
+        for _ in range(10):
+            cache.store("shared", np.full(10_000, w, dtype=np.int32))
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    got = cache.revisit("shared")
+    assert len(set(got.tolist())) == 1  # one writer's value, never a mix
+    cache.close()
+    with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as again:
+        np.testing.assert_array_equal(again.revisit("shared"), got)
+        assert len(list((tmp_path / "bb").iterdir())) == 1
+
+
+def test_hint_prefetches_into_host_while_reading(tmp_path):
+    with tiered.Cache([tiered.HDF5Tier(tmp_path / "pfs")]) as cache:
+        for i in range(10):
+            cache.store(i, np.full(50_000, i))
+    cache = tiered.Cache([tiered.HostTier("8MiB"), tiered.HDF5Tier(tmp_path / "pfs")])
+    cache.hint(reversed(range(10)))
+    for i in reversed(range(10)):
+        np.testing.assert_array_equal(cache.revisit(i), np.full(50_000, i))
+    stats = cache.stats()
+    assert stats.tiers["host"].prefetches + stats.late_prefetches >= 1
+    assert stats.tiers["host"].hits + stats.tiers["hdf5"].hits == 10
+    cache.close()

@@ -1,0 +1,32 @@
+"""The device tier on torch's CPU device (the same code path a CUDA device takes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_same
+
+import tiered
+
+
+def test_device_tier_round_trip_and_drain(tmp_path):
+    value = {"w": torch.randn(64, 64), "step": 3, "h": torch.arange(10, dtype=torch.int16)}
+    cache = tiered.Cache([tiered.DeviceTier("1MiB", device="cpu"), tiered.HostTier("1MiB"),
+                          tiered.HDF5Tier(tmp_path / "pfs")])
+    for i in range(12):  # 16 KiB each: the 1 MiB device tier must evict clean entries
+        cache.store(i, {**value, "step": i})
+    cache.flush()
+    for i in range(12):
+        assert_same(cache.revisit(i), {**value, "step": i})
+    assert cache.stats().tiers["device"].bytes_in > 0
+    cache.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensor_comes_back_on_cuda(tmp_path):
+    value = torch.randn(1024, device="cuda")
+    with tiered.Cache([tiered.DeviceTier("16MiB"), tiered.HDF5Tier(tmp_path / "pfs")]) as c:
+        c.store("g", value)
+        c.flush()
+        got = c.revisit("g")
+    assert got.device.type == "cuda" and torch.equal(got, value)

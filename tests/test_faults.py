@@ -1,0 +1,188 @@
+"""Restart and real faults: new processes, kill -9, flipped bytes, full disks, lane errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from writer_proc import tiers, value
+
+import tiered
+
+WRITER = str(Path(__file__).with_name("writer_proc.py"))
+
+
+def _run(*args: str, timeout: float = 120) -> str:
+    proc = subprocess.run([sys.executable, WRITER, *args], capture_output=True, text=True,
+                          timeout=timeout, check=True)
+    return proc.stdout
+
+
+def test_restart_in_a_new_process_sees_every_entry(tmp_path):
+    assert _run("write", str(tmp_path), "12").strip() == "done"
+    with tiered.Cache(tiers(tmp_path)) as cache:
+        assert cache.recovery == []
+        assert sorted(cache.keys()) == [("state", i) for i in range(12)]
+        for i in range(12):
+            got = cache.revisit(("state", i))
+            np.testing.assert_array_equal(got["u"], value(i)["u"])
+            assert got["step"] == i and got["tag"] == f"s{i}"
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
+def test_kill_9_mid_drain_leaves_nothing_corrupt(tmp_path, delay):
+    proc = subprocess.Popen([sys.executable, WRITER, "forever", str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    while "stored 30" not in proc.stdout.readline():  # well into draining
+        pass
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    with tiered.Cache(tiers(tmp_path)) as cache:
+        assert len(cache) > 0
+        for key in cache.keys():
+            got = cache.revisit(key)  # verified on the way up: raises if corrupt
+            assert got["u"][0] == got["step"] and got["tag"] == f"s{got['step']}"
+            assert key == ("state", got["step"] % 50)
+        assert all("incomplete write" in p or "superseded" in p for p in cache.recovery)
+    for sub in ("bb", "pfs"):
+        assert not any(p.name.startswith(".tmp-") for p in (tmp_path / sub).iterdir())
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_flipped_payload_byte_is_reported_not_returned(tmp_path):
+    layers = lambda: [tiered.HostTier("4MiB"), tiered.DirectoryTier(tmp_path / "bb")]  # noqa: E731
+    with tiered.Cache(layers()) as cache:
+        cache.store("k", value(1))
+        cache.store("other", value(2))
+    (path,) = [p for p in (tmp_path / "bb").iterdir() if "k" in p.name and "other" not in p.name]
+    _flip_byte(path, 1000)
+    with tiered.Cache(layers()) as cache:
+        with pytest.raises(tiered.CorruptDataError, match="checksum") as info:
+            cache.revisit("k")
+        with pytest.raises(tiered.CorruptDataError):
+            cache.revisit("k")  # still reported, never returned
+        assert info.value.key == "k" and info.value.tier == "directory"
+        assert isinstance(info.value, OSError)
+        np.testing.assert_array_equal(cache.revisit("other")["u"], value(2)["u"])
+        assert cache.stats().corrupt_reads == 2
+
+
+def test_flipped_byte_falls_back_to_a_good_lower_copy_and_quarantines(tmp_path):
+    with tiered.Cache(tiers(tmp_path)) as cache:
+        cache.store("k", value(5))
+    (path,) = list((tmp_path / "bb").iterdir())
+    _flip_byte(path, 4096)
+    with tiered.Cache(tiers(tmp_path)) as cache:
+        np.testing.assert_array_equal(cache.revisit("k")["u"], value(5)["u"])
+        assert cache.stats().corrupt_reads == 1
+        np.testing.assert_array_equal(cache.revisit("k")["u"], value(5)["u"])
+    assert [p.suffix for p in (tmp_path / "bb").iterdir()] == [".corrupt"]
+    with tiered.Cache(tiers(tmp_path)) as cache:  # the quarantined file is not loaded again
+        np.testing.assert_array_equal(cache.revisit("k")["u"], value(5)["u"])
+        assert cache.stats().corrupt_reads == 0
+
+
+def test_flipped_manifest_byte_is_set_aside_at_open(tmp_path):
+    layers = lambda: [tiered.DirectoryTier(tmp_path / "bb")]  # noqa: E731
+    with tiered.Cache(layers()) as cache:
+        cache.store("k", value(1))
+    (path,) = list((tmp_path / "bb").iterdir())
+    _flip_byte(path, path.stat().st_size - 40)
+    with tiered.Cache(layers()) as cache:
+        assert "k" not in cache
+        assert len(cache.recovery) == 1 and "damaged" in cache.recovery[0]
+
+
+def test_flipped_hdf5_byte_is_detected(tmp_path):
+    layers = lambda: [tiered.HDF5Tier(tmp_path / "pfs")]  # noqa: E731
+    with tiered.Cache(layers()) as cache:
+        cache.store("k", value(3))
+    (path,) = list((tmp_path / "pfs").iterdir())
+    import h5py
+    with h5py.File(path, "r") as f:
+        offset = f["leaves/0"].id.get_offset()
+    _flip_byte(path, offset + 123)
+    with tiered.Cache(layers()) as cache, pytest.raises(tiered.CorruptDataError):
+        cache.revisit("k")
+
+
+def test_file_size_limit_surfaces_as_error_with_earlier_entries_intact(tmp_path):
+    out = json.loads(_run("fsize", str(tmp_path)).strip().splitlines()[-1])
+    assert out["flush"].startswith("BackgroundError") and "File too large" in out["flush"]
+    assert out["big_still_readable"] is True  # nothing lost: it stayed in host memory
+    with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as cache:
+        assert sorted(cache.keys(), key=str) == [0, 1, 2]
+        for i in range(3):
+            np.testing.assert_array_equal(cache.revisit(i)["u"], value(i)["u"])
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr!r}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_full_filesystem_surfaces_at_flush_and_keeps_data(tmp_path, tiny_tmpfs):
+    cache = tiered.Cache([tiered.HostTier("16MiB"), tiered.DirectoryTier(tiny_tmpfs)])
+    for i in range(2):
+        cache.store(i, value(i))  # 1 MiB each: fits
+    cache.flush()
+    errors = []
+    for i in range(2, 6):  # the disk fills up here; the error surfaces at the next call
+        try:
+            cache.store(i, value(i))
+        except tiered.BackgroundError as exc:
+            errors.append(exc)
+            cache.store(i, value(i))  # reported once; the store itself can go ahead
+    try:
+        cache.flush()
+    except tiered.BackgroundError as exc:
+        errors.append(exc)
+    assert errors and all(isinstance(e.__cause__, OSError) for e in errors)
+    assert "No space left" in str(errors[0])
+    for i in range(6):  # nothing lost: the undrained ones are still in host memory
+        np.testing.assert_array_equal(cache.revisit(i)["u"], value(i)["u"])
+    with pytest.raises(tiered.BackgroundError, match="No space left"):
+        cache.flush()  # flush retries the failed drains; the disk is still full
+    cache.close(drain=False)
+    assert not any(p.name.startswith(".tmp-") for p in tiny_tmpfs.iterdir())
+    with tiered.Cache([tiered.DirectoryTier(tiny_tmpfs)]) as again:
+        assert {0, 1} <= set(again.keys())
+
+
+def test_lane_error_surfaces_at_next_call_and_flush_retries(tmp_path):
+    cache = tiered.Cache([tiered.HostTier("16MiB"), tiered.DirectoryTier(tmp_path / "bb")])
+    shutil.rmtree(tmp_path / "bb")  # every write into the tier now fails
+    cache.store("a", value(1))
+    with pytest.raises(tiered.BackgroundError, match="No such file"):
+        cache.flush()
+    assert cache.stats().background_errors == 1
+    (tmp_path / "bb").mkdir()
+    cache.flush()  # retried, succeeds
+    cache.close()
+    with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as again:
+        np.testing.assert_array_equal(again.revisit("a")["u"], value(1)["u"])

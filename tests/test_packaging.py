@@ -1,0 +1,53 @@
+"""Packaging guardrails: the package list matches the tree; no top-level shadow imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MAPPED = {"tiered": "tiered", "tiered.policies": "policies", "tiered.adapters": "adapters"}
+
+
+def _tree_packages() -> set[str]:
+    found = set()
+    for name, folder in MAPPED.items():
+        base = ROOT / folder
+        for init in base.rglob("__init__.py"):
+            rel = init.parent.relative_to(base).parts
+            found.add(".".join((name, *rel)) if rel else name)
+    return found
+
+
+@pytest.mark.skipif(not (ROOT / "pyproject.toml").exists(), reason="runs from a source tree")
+def test_package_list_matches_source_tree():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert set(config["packages"]) == _tree_packages()
+    assert config["package-dir"] == MAPPED
+    for folder in MAPPED.values():  # every folder holding Python is a package
+        for py in (ROOT / folder).rglob("*.py"):
+            assert (py.parent / "__init__.py").exists(), py
+
+
+def test_no_top_level_policies_or_adapters_module_is_imported():
+    code = ("import sys, tiered, tiered.policies, tiered.adapters;"
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('policies','adapters')];"
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT.parent)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_core_imports_without_optional_dependencies():
+    code = ("import sys; [sys.modules.__setitem__(m, None) for m in ('h5py','torch','mpi4py',"
+            "'cachetools')]; import tiered; c=tiered.Cache([tiered.HostTier(1<<20)]);"
+            "import numpy as np; c.store('k', np.ones(3)); assert c.revisit('k').sum()==3;"
+            "c.close()\ntry:\n tiered.HDF5Tier('x')\nexcept ImportError as e:\n"
+            " assert 'tiered[hdf5]' in str(e); print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT.parent)
+    assert done.stdout.strip() == "ok", done.stderr

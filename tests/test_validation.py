@@ -1,0 +1,97 @@
+"""Bad keys and bad values are refused in the caller's thread, with clear messages."""
+
+from __future__ import annotations
+
+import fractions
+
+import numpy as np
+import pytest
+import torch
+
+import tiered
+from tiered.keys import canonical_key, key_filename
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with tiered.Cache([tiered.HostTier("4MiB"), tiered.DirectoryTier(tmp_path / "bb")]) as c:
+        yield c
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs", "a/b", "nul\x00", "", ".", "..", "a\\b",
+                                 ("ok", "../x"), ()])
+def test_bad_keys_are_refused(cache, key):
+    with pytest.raises(ValueError):
+        cache.store(key, np.zeros(2))
+    assert len(cache) == 0
+
+
+@pytest.mark.parametrize("key", [1.5, True, None, ["a"], ("a", ("b",)), b"bytes"])
+def test_keys_of_wrong_type_are_refused(cache, key):
+    with pytest.raises(TypeError):
+        cache.store(key, np.zeros(2))
+
+
+def test_good_keys_are_canonical_and_stay_inside_the_root(cache, tmp_path):
+    keys = ["plain", 7, ("wavefield", 120), "dots...", "~tilde", "ünï", "x" * 1000, -3,
+            np.int64(5)]
+    for i, key in enumerate(keys):
+        cache.store(key, np.full(3, i))
+    cache.flush()
+    assert canonical_key(np.int64(5)) == 5 and isinstance(canonical_key(np.int64(5)), int)
+    for path in (tmp_path / "bb").iterdir():
+        assert path.parent == tmp_path / "bb" and not path.name.startswith(".")
+    for i, key in enumerate(keys):
+        np.testing.assert_array_equal(cache.revisit(key), np.full(3, i))
+    assert "/" not in key_filename("a" * 10) and "." not in key_filename("..")
+
+
+@pytest.mark.parametrize("value, where", [
+    ({"a": [1, object()]}, "['a'][1]"),
+    ({"a": {"b": np.array([object()], dtype=object)}}, "['a']['b']"),
+    ([fractions.Fraction(1, 3)], "[0]"),
+    ({"x": {1, 2}}, "['x']"),
+    ({(1, 2): 3}, ""),
+    ({"sp": torch.eye(3).to_sparse()}, "['sp']"),
+])
+def test_bad_values_name_the_leaf(cache, value, where):
+    with pytest.raises(TypeError) as info:
+        cache.store("k", value)
+    assert f"value{where}" in str(info.value)
+    assert "k" not in cache
+
+
+def test_unknown_key_is_a_key_error(cache):
+    with pytest.raises(KeyError, match="never stored"):
+        cache.revisit("missing")
+    with pytest.raises(tiered.UnknownKeyError):
+        cache.discard("missing")
+
+
+def test_bad_configuration_messages(tmp_path):
+    with pytest.raises(ValueError, match="non-empty"):
+        tiered.Cache([])
+    with pytest.raises(ValueError, match="unique"):
+        tiered.Cache([tiered.HostTier("1MiB"), tiered.HostTier("1MiB")])
+    with pytest.raises(ValueError, match="eviction='nope'"):
+        tiered.Cache([tiered.HostTier("1MiB")], eviction="nope")
+    with pytest.raises(ValueError, match="on_full"):
+        tiered.Cache([tiered.HostTier("1MiB")], on_full="drop")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="capacity='lots'"):
+        tiered.HostTier("lots")
+    assert tiered.HostTier("1.5KiB", prefault=False).capacity_bytes == 1536
+
+
+def test_device_tier_without_cuda_fails_clearly():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the no-CUDA error path cannot be exercised")
+    with pytest.raises(tiered.TieredError, match="CUDA is not available"):
+        tiered.DeviceTier("1MiB")
+
+
+def test_closed_cache_refuses_calls(tmp_path):
+    cache = tiered.Cache([tiered.HostTier("1MiB")])
+    cache.close()
+    cache.close()  # idempotent
+    with pytest.raises(tiered.CacheClosedError):
+        cache.store("k", np.zeros(1))

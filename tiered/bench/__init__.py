@@ -1,0 +1,1 @@
+"""``tiered bench ...``: measurements as ratios against the physical limit and the peer."""

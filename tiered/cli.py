@@ -1,0 +1,101 @@
+"""The ``tiered`` command: ``demo``, ``info PATH`` and ``bench {capture,drain,interference}``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tiered.sizes import format_size
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sizes-mib {text!r}: use e.g. 4,16,64") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tiered", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="a small adjoint-style run, with np.save for comparison")
+    demo.add_argument("--steps", type=int, default=40)
+    demo.add_argument("--n", type=int, default=1024, help="state is n x n float32")
+    demo.add_argument("--workdir", help="where the temporary tiers go (default: system temp)")
+    info = sub.add_parser("info", help="list what a persistent tier directory holds")
+    info.add_argument("path", type=Path)
+    info.add_argument("--no-verify", action="store_true", help="skip reading every object")
+    bench = sub.add_parser("bench", help="benchmarks; each writes JSON")
+    kinds = bench.add_subparsers(dest="bench", required=True)
+    for name, help_text in (("capture", "store() blocking time vs np.copyto"),
+                            ("drain", "drain throughput vs raw write+fsync"),
+                            ("interference", "foreground slowdown while draining")):
+        b = kinds.add_parser(name, help=help_text)
+        b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
+        b.add_argument("--workdir", help="directory for the files (default: system temp)")
+        b.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+        if name != "interference":
+            b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256])
+    return p
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from tiered import demo
+
+    res = demo.run(demo.DemoConfig(steps=args.steps, n=args.n), workdir=args.workdir)
+    print(demo.summary(res))
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from tiered.info import inspect
+
+    res = inspect(args.path, verify=not args.no_verify)
+    print(f"{res['tier']} at {res['path']}: {len(res['objects'])} objects, "
+          f"{format_size(res['total_bytes'])}")
+    for row in res["objects"]:
+        print(f"  {row['key']!r:40} v{row['version']:<6} {format_size(row['bytes']):>10}  "
+              f"{row['leaves']} leaves  {row['status']}")
+    for problem in res["problems"]:
+        print(f"  ! {problem}")
+    bad = any(r["status"].startswith("CORRUPT") for r in res["objects"]) or res["problems"]
+    return 1 if bad else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from tiered.bench import capture, drain, interference
+    from tiered.bench.common import save_json, table
+
+    workdir = Path(args.workdir) if args.workdir else None
+    if args.bench == "capture":
+        sizes = [4, 16] if args.quick else args.sizes_mib
+        rows = capture.run(sizes, repeat=3 if args.quick else 7, workdir=workdir)
+        cols = ["size_mib", "copyto_s", "store_s", "ratio", "ratio_while_draining"]
+    elif args.bench == "drain":
+        sizes = [4, 16] if args.quick else args.sizes_mib
+        rows = drain.run(sizes, total_mib=64 if args.quick else 512, workdir=workdir)
+        cols = ["size_mib", "tier", "raw_gbps", "tiered_gbps", "ratio", "h5py_naive_gbps"]
+    else:
+        rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
+                                seconds=0.3 if args.quick else 1.0, workdir=workdir)
+        cols = ["loop", "background", "alone_s", "loaded_s", "slowdown"]
+    print(table(rows, cols))
+    print(f"wrote {save_json(args.bench, rows, args.json)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tiered`` command."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    handler = {"demo": _demo, "info": _info, "bench": _bench}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
