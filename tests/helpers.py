@@ -34,7 +34,7 @@ def assert_same(got: Any, want: Any, path: str = "value") -> None:
             assert_same(got[k], want[k], f"{path}[{k!r}]")
     elif isinstance(want, (list, tuple)):
         assert len(got) == len(want), path
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert_same(g, w, f"{path}[{i}]")
     elif isinstance(want, float) and math.isnan(want):
         assert math.isnan(got), path

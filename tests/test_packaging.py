@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPED = {"tiered": "tiered", "tiered.policies": "policies", "tiered.adapters": "adapters"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
+from tiered.policies import FIFO, LFU, LRU, EventContext, VictimContext
 
 from tiered.arena import PAGE, Arena
-from tiered.policies import FIFO, LFU, LRU, EventContext, VictimContext
 from tiered.sizes import format_size, parse_size
 
 
@@ -37,7 +37,7 @@ def test_arena_random_workload_never_overlaps():
             if ext:
                 live.append(ext)
         spans = sorted((e.offset, e.offset + e.size) for e in live)
-        assert all(x[1] <= y[0] for x, y in zip(spans, spans[1:]))
+        assert all(x[1] <= y[0] for x, y in zip(spans, spans[1:], strict=False))
         assert arena.used == sum(e.size for e in live)
 
 

@@ -119,7 +119,7 @@ class Cache(EngineCore):
 
     def _capture(self, key: Key, version: int, meta: ValueMeta, arrays: list[Any], tier: int,
                  extent: Any) -> Copy:
-        """The one copy of a capture (no lock held); synchronous for a persistent tier."""
+        """Make the one copy of a capture (no lock held); synchronous for a persistent tier."""
         t = self._tiers[tier]
         if isinstance(t, MemoryTier):
             write_leaves(t.region(extent, meta.nbytes), meta, arrays)
@@ -218,7 +218,7 @@ class Cache(EngineCore):
 
     def _read_memory(self, entry: Entry, copy: Copy) -> list[Any]:
         t = self._tiers[copy.tier]
-        assert isinstance(t, MemoryTier)
+        assert isinstance(t, MemoryTier) and copy.extent is not None
         leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta)
         with self._cond:
             self._hit(entry, copy.tier)

@@ -41,7 +41,7 @@ def forward_step(u: np.ndarray, out: np.ndarray) -> None:
 
 
 def adjoint_fold(acc: np.ndarray, state: np.ndarray) -> None:
-    """The backward pass's use of a state: accumulate its sensitivity contribution."""
+    """Use a state in the backward pass: accumulate its sensitivity contribution."""
     acc *= 0.99
     acc += state * state
 

@@ -19,8 +19,13 @@ from tiered.index import Copy, Entry
 from tiered.keys import Key
 from tiered.movers import Lane, host_view, leaf_checksums, read_persistent, staging_buffer
 from tiered.payload import copy_region
-from tiered.policies.base import EventContext, EvictionPolicy, PolicySpec, VictimContext
-from tiered.policies.base import make_eviction
+from tiered.policies.base import (
+    EventContext,
+    EvictionPolicy,
+    PolicySpec,
+    VictimContext,
+    make_eviction,
+)
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
@@ -266,7 +271,8 @@ class EngineCore:
         """Move bytes from ``src`` into tier ``dst`` (no lock held)."""
         meta, n = entry.meta, entry.meta.nbytes
         stier, dtier = self._tiers[src.tier], self._tiers[dst]
-        sregion = stier.region(src.extent, n) if isinstance(stier, MemoryTier) else None
+        sregion = (stier.region(src.extent, n)
+                   if isinstance(stier, MemoryTier) and src.extent is not None else None)
         if isinstance(dtier, MemoryTier):
             dregion = dtier.region(extent, n)
             if sregion is not None:

@@ -6,18 +6,18 @@ import hashlib
 import json
 import numbers
 import urllib.parse
-from typing import Any, Union
+from typing import Any
 
-Key = Union[str, int, tuple[Union[str, int], ...]]
+Key = str | int | tuple[str | int, ...]
 
 _MAX_NAME = 160  # leaves room under NAME_MAX (255) for version and suffix
 
 
 def canonical_key(key: object) -> Key:
-    """Validate ``key`` and return its canonical form.
+    r"""Validate ``key`` and return its canonical form.
 
     Keys are ``str``, ``int`` or flat tuples of them. Strings must be non-empty and free of
-    NUL, ``/`` and ``\\``, and may not be ``.`` or ``..`` — so no key can name a path.
+    NUL, ``/`` and ``\``, and may not be ``.`` or ``..`` — so no key can name a path.
 
     Raises
     ------

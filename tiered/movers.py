@@ -49,7 +49,7 @@ def staging_buffer(nbytes: int) -> np.ndarray:
 def host_view(region: Any, nbytes: int) -> np.ndarray:
     """Return ``region`` as host bytes, staging device memory through a fresh buffer."""
     if not is_torch_region(region):
-        return region  # type: ignore[no-any-return]
+        return region
     out = staging_buffer(nbytes)
     copy_region(out, region)
     return out

@@ -52,7 +52,7 @@ def leaf_bytes(region: np.ndarray, leaf: LeafInfo) -> np.ndarray:
 
 def write_leaves(region: Any, meta: ValueMeta, arrays: list[Any]) -> None:
     """Copy the caller's leaves into ``region`` (the one copy a capture costs)."""
-    for leaf, arr in zip(meta.leaves, arrays):
+    for leaf, arr in zip(meta.leaves, arrays, strict=True):
         if leaf.nbytes == 0:
             continue
         dst = region[leaf.offset: leaf.offset + leaf.nbytes]

@@ -16,10 +16,14 @@ class Progress:
         self.stream = stream or sys.stderr
         self.count = 0
         self._last = 0.0
+        # Redrawing with "\r" only makes sense on a terminal; logs and pipes get one line.
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def step(self, n: int = 1) -> None:
         """Advance by ``n`` and redraw at most 20 times a second."""
         self.count += n
+        if not self.live:
+            return
         now = time.monotonic()
         if now - self._last > 0.05 or self.count >= self.total:
             self._last = now
@@ -30,5 +34,7 @@ class Progress:
 
     def done(self) -> None:
         """Finish the line."""
+        if not self.live:
+            self.stream.write(f"{self.label}: {self.count}/{self.total}")
         self.stream.write("\n")
         self.stream.flush()

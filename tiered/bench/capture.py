@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import time
@@ -34,7 +35,7 @@ def run(sizes_mib: list[int], repeat: int, workdir: Path | None = None) -> list[
         value = filled(nbytes)
         dst = np.empty_like(value)
         dst.fill(0)  # pre-fault the baseline's buffer, as the host tier pre-faults its own
-        copy_s = median_time(lambda: np.copyto(dst, value), repeat)
+        copy_s = median_time(functools.partial(np.copyto, dst, value), repeat)
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
             cache = tiered.Cache([tiered.HostTier((repeat + 1) * nbytes + MiB),
                                   tiered.DirectoryTier(Path(tmp) / "bb")])

@@ -27,16 +27,16 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def filled(nbytes: int, seed: int = 0) -> np.ndarray:
-    """A float32 array of ``nbytes`` with non-trivial contents (touched, so no page faults)."""
+    """Return a float32 array of ``nbytes`` with non-trivial, touched contents."""
     rng = np.random.default_rng(seed)
     return rng.standard_normal(nbytes // 4, dtype=np.float32)
 
 
 def write_fsync(path: Path, data: np.ndarray) -> None:
-    """The raw baseline: one new file, write, fsync, close."""
+    """Write ``data`` the raw-baseline way: one new file, write, fsync, close."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data).cast("B")
+        view = memoryview(data).cast("B")  # type: ignore[arg-type]
         done = 0
         while done < len(view):
             done += os.write(fd, view[done: done + (1 << 30)])
@@ -53,7 +53,7 @@ def clear_dir(path: Path) -> None:
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+    """Describe the machine the numbers were measured on."""
     return {"python": platform.python_version(), "numpy": np.__version__,
             "cpus": os.cpu_count(), "platform": platform.platform()}
 
@@ -73,7 +73,7 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
     widths = [max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in columns]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(cell(r.get(c, "")).ljust(w) for c, w in zip(columns, widths))
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(cell(r.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True))
               for r in rows]
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import threading
@@ -97,9 +98,9 @@ def run(total_mib: int, value_mib: int, seconds: float,
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
             root = Path(tmp)
             for bg, measure in (
-                ("tiered-directory", lambda: _under_tiered(fn, root, values, False)),
-                ("tiered-hdf5", lambda: _under_tiered(fn, root, values, True)),
-                ("h5py-thread (peer)", lambda: _under_h5py_thread(fn, root, values)),
+                ("tiered-directory", functools.partial(_under_tiered, fn, root, values, False)),
+                ("tiered-hdf5", functools.partial(_under_tiered, fn, root, values, True)),
+                ("h5py-thread (peer)", functools.partial(_under_h5py_thread, fn, root, values)),
             ):
                 loaded = measure()
                 rows.append({"loop": loop_name, "background": bg, "alone_s": alone,

@@ -30,7 +30,7 @@ def _import_h5py() -> Any:
 
 
 def _h5_dtype(leaf: LeafInfo) -> np.dtype[Any]:
-    """The dataset type: the leaf's own for plain numbers, raw bytes for anything else."""
+    """Choose the dataset type: the leaf's own for plain numbers, raw bytes otherwise."""
     if leaf.kind != "torch":
         dt = np.dtype(leaf.dtype)
         if dt.kind in "iuf" and dt.isnative:
@@ -86,7 +86,7 @@ class HDF5Tier(PersistentTier):
             f.create_dataset(MANIFEST, data=self.encode_manifest(manifest).decode())
         fd = os.open(tmp, os.O_WRONLY)
         try:
-            for leaf, offset in zip(meta.leaves, offsets):
+            for leaf, offset in zip(meta.leaves, offsets, strict=True):
                 if offset is not None and leaf.nbytes:
                     pwrite_all(fd, region[leaf.offset: leaf.offset + leaf.nbytes], offset)
             os.fsync(fd)
@@ -112,7 +112,7 @@ class HDF5Tier(PersistentTier):
             offsets = self._read_manifest(record.path)["_offsets"]
         fd = os.open(record.path, os.O_RDONLY)
         try:
-            for leaf, offset in zip(record.meta.leaves, offsets):
+            for leaf, offset in zip(record.meta.leaves, offsets, strict=True):
                 if leaf.nbytes:
                     if offset is None:
                         raise ValueError(f"leaf {leaf.path or '<root>'} has no storage")
