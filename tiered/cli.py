@@ -73,8 +73,9 @@ def _bench(args: argparse.Namespace) -> int:
     workdir = Path(args.workdir) if args.workdir else None
     if args.bench == "capture":
         sizes = [4, 16] if args.quick else args.sizes_mib
-        rows = capture.run(sizes, repeat=3 if args.quick else 7, workdir=workdir)
-        cols = ["size_mib", "copyto_s", "store_s", "ratio", "ratio_while_draining"]
+        rows = capture.run(sizes, repeat=3 if args.quick else 15, workdir=workdir)
+        cols = ["size_mib", "copyto_s", "copyto_rotating_s", "store_s", "ratio",
+                "ratio_vs_rotating", "ratio_while_draining"]
     elif args.bench == "drain":
         sizes = [4, 16] if args.quick else args.sizes_mib
         rows = drain.run(sizes, total_mib=64 if args.quick else 512, workdir=workdir)
