@@ -78,7 +78,8 @@ def _bench(args: argparse.Namespace) -> int:
                 "ratio_vs_rotating", "ratio_while_draining"]
     elif args.bench == "drain":
         sizes = [4, 16] if args.quick else args.sizes_mib
-        rows = drain.run(sizes, total_mib=64 if args.quick else 512, workdir=workdir)
+        rows = drain.run(sizes, total_mib=64 if args.quick else 256, workdir=workdir,
+                         rounds=1 if args.quick else 3)
         cols = ["size_mib", "tier", "raw_gbps", "tiered_gbps", "ratio", "h5py_naive_gbps"]
     else:
         rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
