@@ -1,71 +1,67 @@
-"""Classic eviction orders: LRU, FIFO and LFU."""
+"""Classic eviction orders on cachetools: LRU, FIFO and LFU.
+
+A cachetools cache (unbounded, sized in payload bytes) mirrors the tier's copies; its own
+``popitem`` order is the eviction order. The cache may only evict some copies (clean,
+unpinned), so a victim is found by popping from a shallow copy until a candidate comes out.
+"""
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection
+import copy
+import math
+from collections.abc import Collection
 from typing import Any
 
-from tiered.policies.base import Event, EventContext, EvictionPolicy, VictimContext
+import cachetools
+from tiered.policies.base import Event, EventContext, VictimContext
 
 
-class LRU:
-    """Evict the least recently inserted-or-accessed candidate."""
+class _Ordered:
+    """An eviction order kept by a cachetools cache class."""
+
+    factory: type[cachetools.Cache] = cachetools.LRUCache
 
     def __init__(self) -> None:
-        self._order: OrderedDict[Any, None] = OrderedDict()
+        self._cache = self.factory(maxsize=math.inf, getsizeof=lambda nbytes: max(1, nbytes))
 
     def observe(self, event: Event, key: Any, *, ctx: EventContext) -> None:
-        """Move ``key`` to the most-recent end, or forget it on ``remove``."""
+        """Mirror ``insert``/``access``/``remove`` of ``key`` in the cachetools cache."""
         if event == "remove":
-            self._order.pop(key, None)
+            self._cache.pop(key, None)
+        elif event == "insert" or key not in self._cache:
+            self._cache[key] = ctx.nbytes
         else:
-            self._order[key] = None
-            self._order.move_to_end(key)
+            self._cache[key]  # noqa: B018 - a read is what moves the key in cachetools
 
     def victim(self, candidates: Collection[Any], *, ctx: VictimContext) -> Any | None:
-        """Return the oldest candidate in recency order."""
+        """Return the first candidate in the cachetools eviction order."""
         pool = candidates if isinstance(candidates, (set, frozenset, dict)) else set(candidates)
-        for key in self._order:
+        probe = copy.copy(self._cache)
+        while probe:
+            key, _ = probe.popitem()
             if key in pool:
                 return key
         return next(iter(candidates), None)
 
+    def order(self) -> list[Any]:
+        """Return the tracked keys, next victim first (for tests and the simulator)."""
+        probe = copy.copy(self._cache)
+        return [probe.popitem()[0] for _ in range(len(probe))]
 
-class FIFO(LRU):
+
+class LRU(_Ordered):
+    """Evict the least recently inserted-or-accessed candidate."""
+
+    factory = cachetools.LRUCache
+
+
+class FIFO(_Ordered):
     """Evict the candidate that entered the tier first; accesses do not reorder."""
 
-    def observe(self, event: Event, key: Any, *, ctx: EventContext) -> None:
-        """Record insertion order only."""
-        if event == "remove":
-            self._order.pop(key, None)
-        elif event == "insert":
-            self._order[key] = None
-            self._order.move_to_end(key)
+    factory = cachetools.FIFOCache
 
 
-class LFU:
-    """Evict the least frequently accessed candidate (ties: least recently inserted)."""
+class LFU(_Ordered):
+    """Evict the least frequently used candidate (ties: the one that reached it first)."""
 
-    def __init__(self) -> None:
-        self._counts: Counter[Any] = Counter()
-        self._fifo = FIFO()
-
-    def observe(self, event: Event, key: Any, *, ctx: EventContext) -> None:
-        """Count accesses."""
-        self._fifo.observe(event, key, ctx=ctx)
-        if event == "remove":
-            self._counts.pop(key, None)
-        else:
-            self._counts[key] += 1
-
-    def victim(self, candidates: Collection[Any], *, ctx: VictimContext) -> Any | None:
-        """Return the candidate with the fewest accesses."""
-        if not candidates:
-            return None
-        low = min(self._counts.get(k, 0) for k in candidates)
-        return self._fifo.victim({k for k in candidates if self._counts.get(k, 0) == low},
-                                 ctx=ctx)
-
-
-REGISTRY: dict[str, Callable[[], EvictionPolicy]] = {"lru": LRU, "fifo": FIFO, "lfu": LFU}
+    factory = cachetools.LFUCache

@@ -9,13 +9,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tiered.config import CacheConfig, OnFull
-from tiered.engine import EngineCore
 from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
 from tiered.movers import leaf_checksums, read_persistent, staging_buffer
 from tiered.payload import read_leaves, write_leaves
-from tiered.policies.base import EventContext, PolicySpec
+from tiered.policies.base import EventContext, PolicySpec, PredictorSpec
+from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
 from tiered.stats import CacheStats
 from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
@@ -24,7 +24,7 @@ from tiered.values import ValueMeta, flatten, unflatten
 log = logging.getLogger(__name__)
 
 
-class Cache(EngineCore):
+class Cache(PrefetchEngine):
     """A write-back cache of checkpoint values over an ordered list of tiers.
 
     Parameters
@@ -34,11 +34,13 @@ class Cache(EngineCore):
         non-empty ordered subset of the tier kinds works; the deepest tier that can hold a
         value is its durability point.
     eviction : str, policy or factory
-        ``"lru"`` (default), ``"lfu"``, ``"fifo"``, or an :class:`~tiered.policies.EvictionPolicy`;
-        one instance is used per tier.
-    prefetch : None
-        Reserved for the predictors of :mod:`tiered.policies`; ``None`` prefetches only what
-        :meth:`hint` names.
+        ``"lru"`` (default), ``"lfu"``, ``"fifo"``, ``"score"``, ``"belady"``, or an
+        :class:`~tiered.policies.EvictionPolicy` (or a factory of one); one instance per tier.
+    prefetch : str, predictor, factory or None
+        What forecasts the coming revisits: ``"reverse"`` (adjoint sweeps), ``"stride"``,
+        ``"markov"``, ``"recent"`` (rollback), ``"auto"`` (reverse, stride and markov), each
+        after the explicit :meth:`hint` order; ``"hinted"`` or ``None`` for hints only; or a
+        :class:`~tiered.policies.Predictor`.
     on_full, full_timeout_s, promote
         See :class:`~tiered.config.CacheConfig`.
     comm : None
@@ -53,15 +55,12 @@ class Cache(EngineCore):
     """
 
     def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
-                 prefetch: Any = None, on_full: OnFull = "block", full_timeout_s: float = 120.0,
-                 promote: bool = True, comm: Any = None) -> None:
-        if prefetch is not None:
-            raise ValueError(f"prefetch={prefetch!r}: no predictors are available in this "
-                             "version; use prefetch=None and cache.hint(keys)")
+                 prefetch: PredictorSpec = None, on_full: OnFull = "block",
+                 full_timeout_s: float = 120.0, promote: bool = True, comm: Any = None) -> None:
         if comm is not None:
             raise ValueError("comm: collective MPI commits are not available in this version")
         config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote)
-        super().__init__(tiers, eviction, config)
+        super().__init__(tiers, eviction, prefetch, config)
         with self._cond:
             self.recovery: list[str] = self._recover()
 
@@ -99,6 +98,9 @@ class Cache(EngineCore):
                     self._cond.notify_all()
             raise
         self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
+        with self._cond:
+            self._signal("store", key, nbytes=meta.nbytes)
+            self._kick()
 
     def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any]:
         """Choose the tier a new value lands in and reserve room there (under the lock)."""
@@ -174,8 +176,13 @@ class Cache(EngineCore):
             entry = self._lookup(key)
             copy = entry.fastest()
             copy.pins += 1
+            entry.consumed = True
+            from_disk = not isinstance(self._tiers[copy.tier], MemoryTier)
+            self._demand_reads += from_disk
+            self._signal("revisit", key, nbytes=entry.meta.nbytes)
+            self._kick()
         try:
-            if isinstance(self._tiers[copy.tier], MemoryTier):
+            if not from_disk:
                 leaves = self._read_memory(entry, copy)
             else:
                 leaves = self._read_persistent(entry, copy)
@@ -183,6 +190,7 @@ class Cache(EngineCore):
                     self._stats.stall_s += time.perf_counter() - started
         finally:
             with self._cond:
+                self._demand_reads -= from_disk
                 doomed = self._unpin(entry, copy)
             self._delete(doomed)
         return unflatten(entry.meta.spec, leaves)
@@ -222,6 +230,9 @@ class Cache(EngineCore):
         leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta)
         with self._cond:
             self._hit(entry, copy.tier)
+            if copy.prefetched and not copy.used:
+                self._stats.prefetch_hits += 1
+            copy.used = True
         return leaves
 
     def _read_persistent(self, entry: Entry, copy: Copy) -> list[Any]:
@@ -278,59 +289,20 @@ class Cache(EngineCore):
                             return t.region(extent, n), Copy(i, extent=extent)
         return staging_buffer(n), None
 
-    def _land(self, entry: Entry, landing: Copy) -> None:
-        if entry.gone or landing.tier in entry.copies:
-            self._free_landing(landing)
-        else:
-            self._add_copy(entry, landing)
-            self._tstats(landing.tier).bytes_in += entry.meta.nbytes
-            self._cond.notify_all()
-
-    def _free_landing(self, landing: Copy) -> None:
-        t = self._tiers[landing.tier]
-        assert isinstance(t, MemoryTier) and landing.extent is not None
-        t.free(landing.extent)
-
     # ----------------------------------------------------------------- hints
-    def hint(self, keys: Iterable[Key]) -> None:
+    def hint(self, keys: Iterable[Key] = (), *, rollback: bool = False) -> None:
         """Declare the order of coming revisits: prefetch these keys, in this order.
 
-        Keys not (yet) in the cache are skipped when their turn comes.
+        Keys not (yet) in the cache are skipped when their turn comes. With
+        ``rollback=True`` the keys (or, with none, the newest stored key) go first: the run
+        is about to return to them.
         """
         self._check_open()
         self._raise_errors()
-        for key in [canonical_key(k) for k in keys]:
-            with self._cond:
-                entry = self._index.get(key)
-                if entry is None or (entry.prefetch is not None and not entry.prefetch.done()):
-                    continue
-                entry.prefetch = self._prefetch_lane.submit(self._prefetch, entry)
-
-    def _prefetch(self, entry: Entry) -> None:
+        named = tuple(canonical_key(k) for k in keys)
         with self._cond:
-            if entry.gone or any(isinstance(self._tiers[i], MemoryTier) for i in entry.copies):
-                return
-            copy = entry.fastest()
-            copy.pins += 1
-        try:
-            region, landing = self._landing(entry, copy.tier)
-            if landing is None:
-                return
-            t = self._tiers[copy.tier]
-            assert isinstance(t, PersistentTier) and copy.record is not None
-            try:
-                read_persistent(t, copy.record, region)
-            except BaseException:
-                with self._cond:
-                    self._free_landing(landing)
-                raise
-            with self._cond:
-                self._tstats(landing.tier).prefetches += 1
-                self._land(entry, landing)
-        finally:
-            with self._cond:
-                doomed = self._unpin(entry, copy)
-            self._delete(doomed)
+            self._signal("rollback" if rollback else "hint", None, hints=named)
+            self._kick()
 
     # ----------------------------------------------------------------- the rest
     def discard(self, key: Key) -> None:
@@ -341,6 +313,7 @@ class Cache(EngineCore):
             entry = self._lookup(key)
             del self._index[key]
             doomed = self._retire(entry, delete_files=True)
+            self._signal("discard", key)
             self._cond.notify_all()
         self._delete(doomed)
 

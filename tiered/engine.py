@@ -20,11 +20,16 @@ from tiered.keys import Key
 from tiered.movers import Lane, host_view, leaf_checksums, read_persistent, staging_buffer
 from tiered.payload import copy_region
 from tiered.policies.base import (
+    NEVER,
     EventContext,
     EvictionPolicy,
     PolicySpec,
+    PredictContext,
+    PredictorSpec,
+    Signal,
     VictimContext,
     make_eviction,
+    make_predictor,
 )
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
@@ -44,7 +49,8 @@ def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
 class EngineCore:
     """Index, room-making and background drains shared by the public :class:`Cache`."""
 
-    def __init__(self, tiers: Sequence[Tier], eviction: PolicySpec, config: CacheConfig) -> None:
+    def __init__(self, tiers: Sequence[Tier], eviction: PolicySpec, prefetch: PredictorSpec,
+                 config: CacheConfig) -> None:
         tiers = list(tiers)
         if not tiers or not all(isinstance(t, Tier) for t in tiers):
             raise ValueError("tiers must be a non-empty list of tiered tiers, fastest first")
@@ -55,6 +61,12 @@ class EngineCore:
         self._tiers = tiers
         self._config = config
         self._policies = _policies(eviction, len(tiers))
+        self._predictor = make_predictor(prefetch)
+        self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
+        self._signals = 0  # predictor events so far: the forecast is memoised on it
+        self._forecast: tuple[int, dict[Key, int]] = (-1, {})
+        self._demand_reads = 0  # revisits reading from a persistent tier right now
+        self._store_waiters = 0  # stores waiting for room right now
         self._cond = threading.Condition()
         self._index: dict[Key, Entry] = {}
         self._errors: list[BaseException] = []
@@ -90,6 +102,31 @@ class EngineCore:
         also = f" (and {more} more)" if more else ""
         raise BackgroundError(f"a background transfer failed: {first}{also}") from first
 
+    def _signal(self, signal: Signal, key: Key | None, *, nbytes: int = 0,
+                hints: tuple[Key, ...] = ()) -> None:
+        """Tell the predictor (under the lock)."""
+        self._predictor.observe(signal, key, ctx=EventContext(nbytes=nbytes, now=self._tick(),
+                                                              hints=hints))
+        self._signals += 1
+
+    def _sizes(self) -> dict[Key, int]:
+        return {k: e.meta.nbytes for k, e in self._index.items()}
+
+    def _predict(self, budget: float) -> list[Key]:
+        return self._predictor.predict(ctx=PredictContext(sizes=self._sizes(),
+                                                          budget_bytes=budget, now=self._clock))
+
+    def _next_use(self) -> dict[Key, int]:
+        """Forecast position of every key expected again (memoised until the next event)."""
+        if self._forecast[0] != self._signals:
+            self._forecast = (self._signals,
+                              {k: i for i, k in enumerate(self._predict(NEVER))})
+        return self._forecast[1]
+
+    def _durable(self, entry: Entry, tier: int) -> bool:
+        return any(i > tier and isinstance(self._tiers[i], PersistentTier)
+                   for i in entry.copies)
+
     def _add_copy(self, entry: Entry, copy: Copy) -> None:
         entry.copies[copy.tier] = copy
         self._policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
@@ -99,6 +136,8 @@ class EngineCore:
     def _drop_copy(self, entry: Entry, tier: int) -> Record | None:
         """Forget ``entry``'s copy in ``tier``; return a record whose file must be deleted."""
         copy = entry.copies.pop(tier)
+        if copy.prefetched and not copy.used:
+            self._stats.wasted_prefetches += 1
         self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
         self._tstats(tier).entries -= 1
         if copy.extent is not None:
@@ -125,24 +164,35 @@ class EngineCore:
             t.delete(record)
 
     # ----------------------------------------------------------------- room
-    def _evict_one(self, tier: int, need: int) -> Record | None | bool:
-        """Evict one clean copy from ``tier``; False if none can go."""
-        candidates = {k for k, e in self._index.items() if e.evictable(tier)}
+    def _evict_one(self, tier: int, need: int, limit: float = -1.0) -> Record | None | bool:
+        """Evict one clean copy from ``tier``; False if none can go.
+
+        ``limit``: only copies forecast to be used after that position may go (a prefetch
+        must not push out what is needed sooner than what it brings in).
+        """
+        next_use = self._next_use()
+        candidates = {k for k, e in self._index.items() if e.evictable(tier)
+                      and next_use.get(k, NEVER) > limit}
         if not candidates:
             return False
-        key = self._policies[tier].victim(candidates, ctx=VictimContext(need_bytes=need,
-                                                                         now=self._clock))
+        ctx = VictimContext(
+            need_bytes=need, now=self._clock, next_use=next_use,
+            durable={k for k in candidates if self._durable(self._index[k], tier)},
+            consumed={k for k in candidates if self._index[k].consumed})
+        key = self._policies[tier].victim(candidates, ctx=ctx)
         if key is None or key not in candidates:
             return False
         self._tstats(tier).evictions += 1
         record = self._drop_copy(self._index[key], tier)
         return record if record is not None else True
 
-    def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False) -> Any:
+    def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False,
+                 limit: float = -1.0) -> Any:
         """Reserve ``nbytes`` in memory tier ``tier``, evicting clean copies; maybe wait.
 
         Returns the extent, or ``None`` when ``wait`` is false and no room can be made.
-        Raises :class:`TierFullError` when waiting past ``full_timeout_s``.
+        Raises :class:`TierFullError` when waiting past ``full_timeout_s``. ``limit`` is
+        passed to :meth:`_evict_one`.
         """
         t = self._tiers[tier]
         assert isinstance(t, MemoryTier)
@@ -151,7 +201,7 @@ class EngineCore:
             extent = t.allocate(nbytes)
             if extent is not None:
                 return extent
-            if self._evict_one(tier, nbytes) is not False:
+            if self._evict_one(tier, nbytes, limit) is not False:
                 continue
             if not wait:
                 return None
@@ -163,7 +213,11 @@ class EngineCore:
                     f"{format_size(t.capacity_bytes or 0)}, all dirty or in use); raise "
                     "full_timeout_s, add capacity, or use on_full='spill'")
             started = time.perf_counter()
-            self._cond.wait(min(remaining, 1.0))
+            self._store_waiters += caller
+            try:
+                self._cond.wait(min(remaining, 1.0))
+            finally:
+                self._store_waiters -= caller
             if caller:
                 self._stats.blocked_s += time.perf_counter() - started
 
@@ -245,6 +299,9 @@ class EngineCore:
             raise
         self._finish_drain(entry, src, new)
 
+    def _kick(self) -> None:
+        """Room or the forecast changed (under the lock); the prefetch engine looks again."""
+
     def _finish_drain(self, entry: Entry, src: Copy, new: Copy) -> None:
         nbytes = entry.meta.nbytes
         with self._cond:
@@ -264,6 +321,7 @@ class EngineCore:
                 else:
                     doomed += entry.superseded
                     entry.superseded = []
+                    self._kick()  # a clean copy is room a prefetch may use
             self._cond.notify_all()
         self._delete(doomed)
 

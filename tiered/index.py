@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -20,6 +21,8 @@ class Copy:
     extent: Extent | None = None
     record: Record | None = None
     pins: int = 0
+    prefetched: bool = False  # brought up ahead of a revisit
+    used: bool = False  # a revisit was served from this copy
 
 
 @dataclasses.dataclass
@@ -41,6 +44,7 @@ class Entry:
     prefetch: Future[Any] | None = None
     superseded: list[tuple[int, Record]] = dataclasses.field(default_factory=list)
     gone: bool = False  # discarded or replaced: free copies as their pins drop
+    consumed: bool = False  # revisited since it was stored
     delete_files: bool = True  # when gone: delete its files too (False: kept for the next)
 
     @property
@@ -51,6 +55,10 @@ class Entry:
     def fastest(self) -> Copy:
         """Return the copy in the fastest (lowest-index) tier."""
         return self.copies[min(self.copies)]
+
+    def in_memory(self, memory: Sequence[int]) -> bool:
+        """Whether a copy sits in one of the ``memory`` tiers."""
+        return any(t in self.copies for t in memory)
 
     def evictable(self, tier: int) -> bool:
         """Whether the copy in ``tier`` may go: unpinned, with a copy below it."""

@@ -27,7 +27,10 @@ class CacheStats:
 
     ``blocked_s`` is time callers spent inside ``store`` waiting for room; ``stall_s`` is
     time ``revisit`` spent on data that was not in a memory tier (reads from a persistent
-    tier, or waiting for an in-flight prefetch).
+    tier, or waiting for an in-flight prefetch). ``prefetch_hits`` counts revisits served by
+    a prefetched copy; ``late_prefetches`` revisits that waited for one still in flight (for
+    ``late_prefetch_wait_s`` in all); ``wasted_prefetches`` prefetched copies evicted or
+    dropped before any revisit used them.
     """
 
     tiers: dict[str, TierStats]
@@ -36,11 +39,19 @@ class CacheStats:
     bytes_stored: int = 0
     blocked_s: float = 0.0
     stall_s: float = 0.0
+    prefetches: int = 0
+    prefetch_hits: int = 0
     late_prefetches: int = 0
     late_prefetch_wait_s: float = 0.0
+    wasted_prefetches: int = 0
     corrupt_reads: int = 0
     background_errors: int = 0
 
+    @property
+    def stall_per_revisit_s(self) -> float:
+        """Mean seconds a revisit stalled."""
+        return self.stall_s / self.revisits if self.revisits else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         """Return a plain, JSON-serialisable copy."""
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "stall_per_revisit_s": self.stall_per_revisit_s}

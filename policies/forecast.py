@@ -1,0 +1,63 @@
+"""Eviction by forecast: the score policy (HPDC'23 multi-level caching) and Belady's MIN.
+
+Both read the predictor's forecast from :class:`~tiered.policies.VictimContext`; ties fall
+back to least-recently-used order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from tiered.policies.base import NEVER, VictimContext
+from tiered.policies.eviction import LRU
+
+
+class Belady(LRU):
+    """Evict the candidate whose next use is farthest in the forecast (never = farthest).
+
+    With a perfect forecast of every future access this is Belady's MIN, the optimum for
+    hit count in a single tier of unit-size entries.
+    """
+
+    def victim(self, candidates: Collection[Any], *, ctx: VictimContext) -> Any | None:
+        """Return the candidate used farthest in the future (LRU among equals)."""
+        if not candidates:
+            return None
+        rank = {k: i for i, k in enumerate(self.order())}
+        return max(candidates, key=lambda k: (ctx.distance(k), -rank.get(k, -1)))
+
+
+class Score(LRU):
+    """Score-based eviction for adjoint and rollback histories.
+
+    A copy's eviction score orders, most evictable first:
+
+    1. copies durable below (a persistent tier has them) before copies only in memory below;
+    2. already-consumed adjoint states (revisited, not forecast again) before anything else;
+    3. copies not expected again, then those needed latest according to the forecast;
+    4. least recently used among equals.
+
+    Parameters
+    ----------
+    durable_first : bool
+        Apply rule 1 (the default). Off, the forecast alone decides.
+    """
+
+    def __init__(self, *, durable_first: bool = True) -> None:
+        super().__init__()
+        self.durable_first = durable_first
+
+    def victim(self, candidates: Collection[Any], *, ctx: VictimContext) -> Any | None:
+        """Return the candidate with the highest eviction score."""
+        if not candidates:
+            return None
+        rank = {k: i for i, k in enumerate(self.order())}
+
+        def score(key: Any) -> tuple[bool, bool, float, int]:
+            distance = ctx.distance(key)
+            consumed = key in ctx.consumed and distance == NEVER
+            durable = key in ctx.durable or not self.durable_first
+            return durable, consumed, distance, -rank.get(key, -1)
+
+        return max(candidates, key=score)

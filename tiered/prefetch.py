@@ -1,0 +1,120 @@
+"""The prefetch engine: bring forecast keys up into memory tiers ahead of their revisits.
+
+One pump runs on the prefetch lane whenever the forecast or the room changes. Each round it
+asks the predictor for the coming revisits (as many bytes as the memory tiers hold) and
+brings up the first one that is only on a persistent tier, into the fastest memory tier
+with room, evicting only clean copies forecast to be needed *later* than the one it brings.
+It stands aside while a revisit reads from disk (demand first) and while a ``store`` waits
+for room (captures first), and it never touches dirty data.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future
+from typing import Any
+
+from tiered.engine import EngineCore
+from tiered.index import Copy, Entry
+from tiered.movers import read_persistent
+from tiered.tiers.base import MemoryTier, PersistentTier
+
+log = logging.getLogger(__name__)
+
+_YIELD_S = 0.05  # how long the pump waits for a demand read or a blocked store per check
+
+
+class PrefetchEngine(EngineCore):
+    """Adds the prefetch pump to the engine (see the module docstring)."""
+
+    _pump_running = False
+    _pump_again = False
+
+    def _kick(self) -> None:
+        """Start the pump, or tell the running one to look again (under the lock)."""
+        if self._closed or not self._memory:
+            return
+        if self._pump_running:
+            self._pump_again = True
+            return
+        self._pump_running = True
+        self._prefetch_lane.submit(self._pump)
+
+    def _pump(self) -> None:
+        while True:
+            with self._cond:
+                job = self._next_job()
+                if job is None:
+                    if self._pump_again and not self._closed:
+                        self._pump_again = False
+                        continue
+                    self._pump_running = False
+                    return
+            self._fetch(*job)
+
+    def _next_job(self) -> tuple[Entry, Copy, int, Any, Future[None]] | None:
+        """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
+        while (self._demand_reads or self._store_waiters) and not self._closed:
+            self._cond.wait(_YIELD_S)
+        if self._closed:
+            return None
+        budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
+        for rank, key in enumerate(self._predict(budget)):
+            entry = self._index[key]
+            tried = entry.prefetch
+            if entry.gone or entry.in_memory(self._memory) or (tried is not None and (
+                    not tried.done() or tried.exception() is not None)):
+                continue  # up already, on its way, or failed once (the demand read reports)
+            for tier in self._memory:
+                extent = self._reserve(tier, entry.meta.nbytes, wait=False, limit=rank)
+                if extent is not None:
+                    src = entry.fastest()
+                    src.pins += 1
+                    future: Future[None] = Future()
+                    entry.prefetch = future
+                    return entry, src, tier, extent, future
+            return None  # later keys are needed later still: they may not push out more
+        return None
+
+    def _fetch(self, entry: Entry, src: Copy, tier: int, extent: Any,
+               future: Future[None]) -> None:
+        """Read one entry into its reserved extent (no lock held) and land it."""
+        t = self._tiers[tier]
+        assert isinstance(t, MemoryTier)
+        error: Exception | None = None
+        try:
+            source = self._tiers[src.tier]
+            assert isinstance(source, PersistentTier) and src.record is not None
+            read_persistent(source, src.record, t.region(extent, entry.meta.nbytes))
+        except Exception as exc:  # the demand read will report it (and try deeper copies)
+            error = exc
+            log.warning("prefetch of %r from %s failed: %s", entry.key,
+                        self._tiers[src.tier].name, exc)
+        finally:
+            with self._cond:
+                if error is None:
+                    self._stats.prefetches += 1
+                    self._tstats(tier).prefetches += 1
+                    self._land(entry, Copy(tier, extent=extent, prefetched=True))
+                else:
+                    t.free(extent)
+                doomed = self._unpin(entry, src)
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+        self._delete(doomed)
+
+    def _land(self, entry: Entry, landing: Copy) -> None:
+        """Add a copy read up from a persistent tier, unless it is no longer wanted."""
+        if entry.gone or landing.tier in entry.copies:
+            self._free_landing(landing)
+        else:
+            self._add_copy(entry, landing)
+            self._tstats(landing.tier).bytes_in += entry.meta.nbytes
+            self._cond.notify_all()
+
+    def _free_landing(self, landing: Copy) -> None:
+        t = self._tiers[landing.tier]
+        assert isinstance(t, MemoryTier) and landing.extent is not None
+        t.free(landing.extent)
