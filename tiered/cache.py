@@ -368,6 +368,18 @@ class Cache(PrefetchEngine):
             return CacheStats(**{**self._stats.__dict__, "tiers": {
                 name: type(s)(**s.__dict__) for name, s in self._stats.tiers.items()}})
 
+    def locate(self, key: Key) -> list[str]:
+        """Return the names of the tiers holding a copy of ``key``, fastest first.
+
+        Raises
+        ------
+        KeyError
+            (:class:`~tiered.UnknownKeyError`) if ``key`` is not in the cache.
+        """
+        key = canonical_key(key)
+        with self._cond:
+            return [self._tiers[i].name for i in sorted(self._lookup(key).copies)]
+
     def keys(self) -> list[Key]:
         """Return the keys currently stored."""
         with self._cond:

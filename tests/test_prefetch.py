@@ -1,0 +1,149 @@
+"""The prefetch engine in a real cache: real lane threads, real files, real fsync."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tiered
+from tiered.tiers.base import Record
+
+N = 16 * 1024  # float32 elements per state: 64 KiB
+SLOT = N * 4 + 4096
+
+
+class SlowDirectoryTier(tiered.DirectoryTier):
+    """A real directory tier whose reads take ``delay_s`` longer (a slow file system)."""
+
+    def __init__(self, path: Path, delay_s: float) -> None:
+        super().__init__(path, name="slow")
+        self.delay_s = delay_s
+
+    def _read_payload(self, record: Record, region: np.ndarray) -> None:
+        time.sleep(self.delay_s)
+        super()._read_payload(record, region)
+
+
+def state(i: int) -> np.ndarray:
+    return np.full(N, i, dtype=np.float32)
+
+
+def wait_until(cond: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def cold_cache(tmp_path: Path, slots: int, n: int, **kw: Any) -> tiered.Cache:
+    """Store ``n`` states durably, then reopen: everything is on disk, the host is empty."""
+    with tiered.Cache([tiered.HostTier(slots * SLOT), tiered.DirectoryTier(tmp_path)]) as c:
+        for i in range(n):
+            c.store(i, state(i))
+    tier = kw.pop("tier", None) or tiered.DirectoryTier(tmp_path)
+    return tiered.Cache([tiered.HostTier(slots * SLOT), tier], **kw)
+
+
+@pytest.mark.parametrize("eviction", ["lru", "score", "belady"])
+def test_backward_pass_is_served_by_prefetch(tmp_path: Path, eviction: str) -> None:
+    cache = tiered.Cache([tiered.HostTier(6 * SLOT), tiered.DirectoryTier(tmp_path / "bb"),
+                          tiered.HDF5Tier(tmp_path / "pfs")], eviction=eviction,
+                         prefetch="reverse")
+    for i in range(30):
+        cache.store(("u", i), state(i))
+    cache.flush()
+    for i in reversed(range(30)):
+        time.sleep(0.01)  # the adjoint step's compute, while the lane reads ahead
+        assert cache.revisit(("u", i))[0] == i
+    stats = cache.stats()
+    cache.close()
+    assert stats.revisits == 30
+    assert stats.prefetch_hits >= 15, stats  # most of the 24 not held at the start
+    assert stats.wasted_prefetches <= 2, stats
+
+
+def test_prefetch_never_evicts_what_is_needed_sooner(tmp_path: Path) -> None:
+    cache = cold_cache(tmp_path, slots=4, n=10, eviction="score")
+    cache.hint(range(10))
+    wait_until(lambda: cache.stats().prefetches >= 4)
+    time.sleep(0.2)  # give a wrong pump time to go on
+    held = [k for k in range(10) if "host" in cache.locate(k)]
+    stats = cache.stats()
+    cache.close()
+    assert held == [0, 1, 2, 3]
+    assert stats.prefetches == 4 and stats.wasted_prefetches == 0
+
+
+def test_demand_read_does_not_queue_behind_prefetches(tmp_path: Path) -> None:
+    cache = cold_cache(tmp_path, slots=12, n=10, tier=SlowDirectoryTier(tmp_path, 0.2))
+    cache.hint(range(10))
+    got = cache.revisit(9)  # last in the hinted order, needed now
+    done_by_then = cache.stats().prefetches
+    cache.close(drain=False)
+    assert got[0] == 9
+    assert done_by_then <= 2  # not the nine in front of it
+
+
+def test_late_prefetch_is_waited_for_and_counted(tmp_path: Path) -> None:
+    cache = cold_cache(tmp_path, slots=4, n=3, tier=SlowDirectoryTier(tmp_path, 0.3))
+    cache.hint([1])
+    time.sleep(0.1)  # the pump has started reading key 1
+    assert cache.revisit(1)[0] == 1
+    stats = cache.stats()
+    cache.close()
+    assert stats.late_prefetches == 1 and stats.late_prefetch_wait_s > 0
+    assert stats.tiers["host"].hits == 1  # served by the prefetched copy, not read twice
+
+
+def test_prefetched_then_evicted_unused_counts_as_waste(tmp_path: Path) -> None:
+    cache = cold_cache(tmp_path, slots=2, n=4)
+    cache.hint([0, 1])
+    wait_until(lambda: cache.stats().prefetches == 2)
+    cache.store("new-a", state(100))
+    cache.store("new-b", state(101))
+    stats = cache.stats()
+    cache.close()
+    # both pushed out unread by the stores (the hints still stand, so the pump may fetch
+    # them again and lose them again: each loss counts)
+    assert 2 <= stats.wasted_prefetches <= stats.prefetches
+    assert stats.prefetch_hits == 0
+
+
+def test_rollback_brings_back_the_right_version(tmp_path: Path) -> None:
+    cache = tiered.Cache([tiered.HostTier(3 * SLOT), tiered.DirectoryTier(tmp_path)],
+                         eviction="score", prefetch="recent")
+    for step in range(1, 8):
+        cache.store(("ckpt", step), state(step))
+        cache.store("model", state(1000 + step))  # one key, newer versions replace older
+    cache.flush()
+    assert "host" not in cache.locate(("ckpt", 2))
+    cache.hint([("ckpt", 2)], rollback=True)
+    wait_until(lambda: "host" in cache.locate(("ckpt", 2)))
+    back = cache.revisit(("ckpt", 2))
+    model = cache.revisit("model")
+    stats = cache.stats()
+    cache.close()
+    assert back[0] == 2 and model[0] == 1007
+    assert stats.prefetch_hits >= 1
+
+
+def test_prefetch_keeps_dirty_data_and_stores_first(tmp_path: Path) -> None:
+    """Stores while a backward pass prefetches: nothing lost, every value right."""
+    cache = tiered.Cache([tiered.HostTier(5 * SLOT), tiered.DirectoryTier(tmp_path)],
+                         eviction="score", prefetch="auto")
+    for i in range(20):
+        cache.store(i, state(i))
+    for i in reversed(range(20)):
+        assert cache.revisit(i)[0] == i
+        cache.store(("new", i), state(500 + i))  # captures keep coming during the sweep
+    cache.flush()
+    for i in range(20):
+        assert cache.revisit(("new", i))[-1] == 500 + i
+    cache.close()
+    reopened = tiered.Cache([tiered.HostTier(5 * SLOT), tiered.DirectoryTier(tmp_path)])
+    assert len(reopened) == 40
+    reopened.close()
