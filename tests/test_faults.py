@@ -153,11 +153,14 @@ def test_full_filesystem_surfaces_at_flush_and_keeps_data(tmp_path, tiny_tmpfs):
     cache.flush()
     errors = []
     for i in range(2, 6):  # the disk fills up here; the error surfaces at the next call
-        try:
-            cache.store(i, value(i))
-        except tiered.BackgroundError as exc:
-            errors.append(exc)
-            cache.store(i, value(i))  # reported once; the store itself can go ahead
+        for _attempt in range(6):  # each failed drain is reported once, at some next call
+            try:
+                cache.store(i, value(i))
+                break
+            except tiered.BackgroundError as exc:
+                errors.append(exc)
+        else:
+            raise AssertionError("store kept reporting the same background error")
     try:
         cache.flush()
     except tiered.BackgroundError as exc:
@@ -180,7 +183,8 @@ def test_lane_error_surfaces_at_next_call_and_flush_retries(tmp_path):
     cache.store("a", value(1))
     with pytest.raises(tiered.BackgroundError, match="No such file"):
         cache.flush()
-    assert cache.stats().background_errors == 1
+    # the drain started by store failed; flush may have retried it once more before waiting
+    assert 1 <= cache.stats().background_errors <= 2
     (tmp_path / "bb").mkdir()
     cache.flush()  # retried, succeeds
     cache.close()

@@ -95,3 +95,28 @@ def test_closed_cache_refuses_calls(tmp_path):
     cache.close()  # idempotent
     with pytest.raises(tiered.CacheClosedError):
         cache.store("k", np.zeros(1))
+
+
+def test_revisit_into_out_arrays(tmp_path):
+    import torch
+
+    cache = tiered.Cache([tiered.HostTier("1MiB"), tiered.DirectoryTier(tmp_path)])
+    cache.store("a", np.arange(10.0))
+    cache.store("sd", {"w": torch.ones(3), "b": np.arange(2, dtype=np.int32), "step": 7})
+    buf = np.empty(10)
+    assert cache.revisit("a", out=buf) is buf and buf[9] == 9
+    into = {"w": torch.empty(3), "b": np.empty(2, np.int32), "step": 0}
+    got = cache.revisit("sd", out=into)
+    assert got["w"].data_ptr() == into["w"].data_ptr() and got["b"] is into["b"]
+    assert got["step"] == 7
+    assert torch.equal(into["w"], torch.ones(3)) and into["b"].tolist() == [0, 1]
+    for bad, match in ((np.empty(9), r"\(9,\)"), (np.empty(10, np.float32), "<f4"),
+                       (np.empty(20)[::2], "contiguous"), ([np.empty(10)], "not built like")):
+        with pytest.raises(ValueError, match=match):
+            cache.revisit("a", out=bad)
+    cache.flush()
+    cache.close()
+    reopened = tiered.Cache([tiered.HostTier("1MiB"), tiered.DirectoryTier(tmp_path)])
+    buf[:] = 0
+    assert reopened.revisit("a", out=buf)[3] == 3  # from the persistent tier, verified
+    reopened.close()

@@ -13,7 +13,7 @@ from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
 from tiered.movers import leaf_checksums, read_persistent, staging_buffer
-from tiered.payload import read_leaves, write_leaves
+from tiered.payload import check_out, read_leaves, write_leaves
 from tiered.policies.base import EventContext, PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
@@ -157,19 +157,35 @@ class Cache(PrefetchEngine):
         self._delete(doomed)
 
     # ----------------------------------------------------------------- revisit
-    def revisit(self, key: Key) -> Any:
+    def revisit(self, key: Key, *, out: Any = None) -> Any:
         """Return the value stored under ``key``, from the fastest tier holding it.
+
+        Parameters
+        ----------
+        key
+            As given to :meth:`store`.
+        out : array, tensor or nested structure of them, optional
+            Contiguous arrays shaped like the stored value to copy it into (no allocation).
+            The value returned holds ``out``'s arrays (it is ``out`` for a single array) and
+            the stored scalars. Without it the value is a fresh copy.
 
         Raises
         ------
         KeyError
             (:class:`~tiered.UnknownKeyError`) if ``key`` was never stored or was discarded.
+        ValueError
+            If ``out`` does not match the stored value's structure, dtypes and shapes.
         CorruptDataError
             If every persistent copy fails verification (and no memory copy exists).
         """
         self._check_open()
         self._raise_errors()
         key = canonical_key(key)
+        into = None
+        if out is not None:
+            out_meta, into = flatten(out)
+            with self._cond:
+                check_out(self._lookup(key).meta, out_meta, into)
         started = time.perf_counter()
         self._await_prefetch(key)
         with self._cond:
@@ -183,9 +199,9 @@ class Cache(PrefetchEngine):
             self._kick()
         try:
             if not from_disk:
-                leaves = self._read_memory(entry, copy)
+                leaves = self._read_memory(entry, copy, into)
             else:
-                leaves = self._read_persistent(entry, copy)
+                leaves = self._read_persistent(entry, copy, into)
                 with self._cond:
                     self._stats.stall_s += time.perf_counter() - started
         finally:
@@ -224,10 +240,10 @@ class Cache(PrefetchEngine):
         self._policies[tier].observe("access", entry.key, ctx=EventContext(
             nbytes=entry.meta.nbytes, now=self._tick()))
 
-    def _read_memory(self, entry: Entry, copy: Copy) -> list[Any]:
+    def _read_memory(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
         t = self._tiers[copy.tier]
         assert isinstance(t, MemoryTier) and copy.extent is not None
-        leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta)
+        leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta, into)
         with self._cond:
             self._hit(entry, copy.tier)
             if copy.prefetched and not copy.used:
@@ -235,7 +251,7 @@ class Cache(PrefetchEngine):
             copy.used = True
         return leaves
 
-    def _read_persistent(self, entry: Entry, copy: Copy) -> list[Any]:
+    def _read_persistent(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
         """Read a verified copy, trying deeper copies if one is corrupt; maybe promote."""
         region, landing = self._landing(entry, copy.tier)
         tier = copy.tier
@@ -250,7 +266,7 @@ class Cache(PrefetchEngine):
                 break
             except CorruptDataError as exc:
                 tier = self._after_corrupt(entry, tier, exc, landing)
-        leaves = read_leaves(region, entry.meta)
+        leaves = read_leaves(region, entry.meta, into)
         with self._cond:
             self._hit(entry, tier)
             if landing is not None:

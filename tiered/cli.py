@@ -1,4 +1,4 @@
-"""The ``tiered`` command: ``demo``, ``info PATH`` and ``bench {capture,drain,interference}``."""
+"""The ``tiered`` command: ``demo``, ``info PATH`` and ``bench NAME`` (see ``--help``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tiered.sizes import format_size
 
@@ -33,14 +34,30 @@ def _parser() -> argparse.ArgumentParser:
     kinds = bench.add_subparsers(dest="bench", required=True)
     for name, help_text in (("capture", "store() blocking time vs np.copyto"),
                             ("drain", "drain throughput vs raw write+fsync"),
-                            ("interference", "foreground slowdown while draining")):
+                            ("interference", "foreground slowdown while draining"),
+                            ("revisit", "backward-pass stall with each prefetch policy")):
         b = kinds.add_parser(name, help=help_text)
         b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
         b.add_argument("--workdir", help="directory for the files (default: system temp)")
         b.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-        if name != "interference":
+        if name in ("capture", "drain"):
             b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256])
+    rev = kinds.choices["revisit"]
+    rev.add_argument("--states", type=_positive, default=64, help="states in the history")
+    rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
+    rev.add_argument("--trace", action="store_true",
+                     help="replay key patterns against each policy instead (hit rates)")
     return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -66,6 +83,21 @@ def _info(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _revisit(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any], list[str]]:
+    from tiered.bench import revisit
+
+    if args.trace:
+        rows = revisit.run_trace(n=64 if args.quick else 256, capacity=8 if args.quick else 32)
+        return rows, ["pattern", "eviction", "prefetch", "hit_rate", "prefetch_hits",
+                      "wasted_prefetches"]
+    cfg = (revisit.RevisitConfig(states=12, state_mib=4) if args.quick else
+           revisit.RevisitConfig(states=args.states, state_mib=args.state_mib))
+    rows = revisit.run(cfg, workdir=workdir)
+    return rows, ["name", "backward_s", "overhead_s", "stall_s", "stall_share",
+                  "stall_reduction", "vs_compute", "vs_bound", "prefetch_hits", "late_prefetches",
+                  "wasted_prefetches"]
+
+
 def _bench(args: argparse.Namespace) -> int:
     from tiered.bench import capture, drain, interference
     from tiered.bench.common import save_json, table
@@ -81,6 +113,8 @@ def _bench(args: argparse.Namespace) -> int:
         rows = drain.run(sizes, total_mib=64 if args.quick else 256, workdir=workdir,
                          rounds=1 if args.quick else 3)
         cols = ["size_mib", "tier", "raw_gbps", "tiered_gbps", "ratio", "h5py_naive_gbps"]
+    elif args.bench == "revisit":
+        rows, cols = _revisit(args, workdir)
     else:
         rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.values import LeafInfo, ValueMeta
+from tiered.values import LeafInfo, ValueMeta, structure
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,46 @@ def read_leaf(region: Any, leaf: LeafInfo) -> Any:
     return out_np[()] if leaf.kind == "npscalar" else out_np
 
 
-def read_leaves(region: Any, meta: ValueMeta) -> list[Any]:
-    """Return fresh copies of every leaf of a payload."""
-    return [read_leaf(region, leaf) for leaf in meta.leaves]
+def read_leaves(region: Any, meta: ValueMeta, into: list[Any] | None = None) -> list[Any]:
+    """Return fresh copies of every leaf of a payload, or fill the arrays of ``into``."""
+    if into is None:
+        return [read_leaf(region, leaf) for leaf in meta.leaves]
+    for leaf, dst in zip(meta.leaves, into, strict=True):
+        if leaf.nbytes:
+            raw = region[leaf.offset: leaf.offset + leaf.nbytes]
+            if leaf.kind == "torch" or is_torch_region(region):
+                torch = _torch()
+                d = dst if leaf.kind == "torch" else torch.from_numpy(dst)
+                d.reshape(-1).view(torch.uint8).copy_(
+                    raw if is_torch_region(region) else torch.from_numpy(raw))
+            else:
+                np.copyto(dst.reshape(-1).view(np.uint8), raw)
+    return into
+
+
+def check_out(meta: ValueMeta, out_meta: ValueMeta, arrays: list[Any]) -> None:
+    """Check that ``out`` (flattened) can receive a value of ``meta`` in place.
+
+    Raises
+    ------
+    ValueError
+        Naming the first leaf whose kind, dtype or shape differs, or that is not
+        contiguous.
+    """
+    if structure(out_meta.spec) != structure(meta.spec):
+        raise ValueError("out= is not built like the stored value (containers, keys and "
+                         f"arrays must match): stored {structure(meta.spec)}")
+    for want, got, arr in zip(meta.leaves, out_meta.leaves, arrays, strict=True):
+        where = want.path or "<root>"
+        if (want.kind, want.dtype, tuple(want.shape)) != (got.kind, got.dtype, tuple(got.shape)):
+            raise ValueError(f"out= leaf {where}: stored {want.kind} {want.dtype} "
+                             f"{tuple(want.shape)}, got {got.kind} {got.dtype} "
+                             f"{tuple(got.shape)}")
+        if want.kind == "npscalar" or not _contiguous(arr):
+            raise ValueError(f"out= leaf {where} must be a contiguous array")
+
+
+def _contiguous(arr: Any) -> bool:
+    if isinstance(arr, np.ndarray):
+        return bool(arr.flags.c_contiguous and arr.flags.writeable)
+    return bool(arr.is_contiguous())

@@ -167,6 +167,18 @@ def flatten(value: Any) -> tuple[ValueMeta, list[Any]]:
     return ValueMeta(spec, tuple(flat.leaves), flat.offset), flat.arrays
 
 
+def structure(spec: Any) -> Any:
+    """Return the containers and leaves of a spec with scalar values left out."""
+    if not isinstance(spec, dict):
+        return type(spec).__name__
+    tag = spec["t"]
+    if tag in ("list", "tuple"):
+        return tag, tuple(structure(v) for v in spec["v"])
+    if tag in ("dict", "odict"):
+        return tag, tuple((json.dumps(k), structure(v)) for k, v in spec["v"])
+    return (tag, spec["i"]) if tag == "leaf" else tag
+
+
 def unflatten(spec: Any, leaves: list[Any]) -> Any:
     """Rebuild a value from its spec and the already materialised leaves."""
     if not isinstance(spec, dict):
