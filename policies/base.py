@@ -156,7 +156,7 @@ def _build(kind: str, spec: Any, registry: Mapping[str, Callable[[], Any]],
         except KeyError:
             raise ValueError(f"{kind}={spec!r} is unknown; choose one of {sorted(registry)} "
                              "or pass an instance") from None
-    if isinstance(spec, protocol):
+    if isinstance(spec, protocol) and not isinstance(spec, type):  # a class is a factory
         return spec
     if callable(spec):
         return spec()

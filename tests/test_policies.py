@@ -81,6 +81,7 @@ def test_belady_evicts_farthest_next_use() -> None:
 
 def test_names_and_errors() -> None:
     assert isinstance(make_eviction("score"), Score)
+    assert isinstance(make_eviction(Score), Score)  # a class is a factory, not an instance
     assert isinstance(make_predictor(None), Hinted)
     assert isinstance(make_predictor("reverse"), Composite)
     with pytest.raises(ValueError, match="eviction='mru' is unknown"):

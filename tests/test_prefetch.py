@@ -147,3 +147,48 @@ def test_prefetch_keeps_dirty_data_and_stores_first(tmp_path: Path) -> None:
     reopened = tiered.Cache([tiered.HostTier(5 * SLOT), tiered.DirectoryTier(tmp_path)])
     assert len(reopened) == 40
     reopened.close()
+
+
+def test_device_tier_is_filled_first(tmp_path: Path) -> None:
+    """DeviceTier on torch's CPU device (no GPU here): prefetches land in the fastest tier."""
+    import torch
+
+    cache = tiered.Cache([tiered.DeviceTier(capacity=4 * SLOT, device="cpu"),
+                          tiered.HostTier(4 * SLOT), tiered.DirectoryTier(tmp_path)],
+                         eviction="score", prefetch="reverse")
+    for i in range(16):
+        cache.store(i, torch.full((N,), float(i)))
+    cache.flush()
+    for i in reversed(range(16)):
+        time.sleep(0.01)
+        assert cache.revisit(i)[0].item() == i
+    stats = cache.stats()
+    cache.close()
+    assert stats.tiers["device"].prefetches >= 4, stats
+
+
+def test_same_policy_classes_inline_and_threaded(tmp_path: Path) -> None:
+    """One factory drives the inline replay and the threaded cache alike."""
+    from tiered.policies import Composite, Hinted, Reverse, Score
+    from tiered.replay import Replay
+
+    def predictor() -> Composite:
+        return Composite(Hinted(), Reverse())
+
+    ops: list[Any] = [("store", i) for i in range(12)] + [("revisit", i)
+                                                         for i in reversed(range(12))]
+    inline = Replay(4, eviction=Score, prefetch=predictor).run(ops)
+    assert inline.hits == 12
+    cache = tiered.Cache([tiered.HostTier(4 * SLOT), tiered.DirectoryTier(tmp_path)],
+                         eviction=lambda: Score(durable_first=True), prefetch=predictor)
+    for op, key in ops:
+        if op == "store":
+            cache.store(key, state(key))
+            continue
+        if key == 11:
+            cache.flush()
+        time.sleep(0.01)
+        assert cache.revisit(key)[0] == key
+    stats = cache.stats()
+    cache.close()
+    assert stats.prefetch_hits >= 4 and stats.wasted_prefetches == 0, stats

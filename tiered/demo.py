@@ -72,10 +72,9 @@ def _run(steps: int, u0: np.ndarray, store: Callable[[int, np.ndarray], None],
 def _with_tiered(cfg: DemoConfig, u0: np.ndarray, root: Path) -> dict[str, Any]:
     cap = int(cfg.host_fraction * cfg.steps * u0.nbytes) + (1 << 20)
     cache = tiered.Cache([tiered.HostTier(cap), tiered.DirectoryTier(root / "burst-buffer"),
-                          tiered.HDF5Tier(root / "pfs")])
+                          tiered.HDF5Tier(root / "pfs")], eviction="score", prefetch="reverse")
     out = _run(cfg.steps, u0, lambda s, u: cache.store(("state", s), u),
-               lambda s: cache.revisit(("state", s)),
-               lambda: cache.hint([("state", s) for s in reversed(range(cfg.steps))]))
+               lambda s: cache.revisit(("state", s)), lambda: None)
     started = time.perf_counter()
     cache.flush()
     out["flush_s"] = time.perf_counter() - started
@@ -123,6 +122,9 @@ def summary(res: dict[str, Any]) -> str:
         f"{theirs['backward_s']:.2f} s (each save fsync'd)",
         f"speed-up of forward+backward: {n_total / t_total:.2f}x",
         f"revisit hits per tier: {hits}; stall {stats.stall_s:.3f} s, store blocked "
-        f"{stats.blocked_s:.3f} s, late prefetches {stats.late_prefetches}",
+        f"{stats.blocked_s:.3f} s",
+        f"prefetch (score eviction, reverse predictor): {stats.prefetches} issued, "
+        f"{stats.prefetch_hits} hits, {stats.late_prefetches} late, "
+        f"{stats.wasted_prefetches} wasted",
         f"bytes stored {format_size(stats.bytes_stored)}; results identical: yes",
     ])
