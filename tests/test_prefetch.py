@@ -170,6 +170,7 @@ def test_device_tier_is_filled_first(tmp_path: Path) -> None:
 def test_same_policy_classes_inline_and_threaded(tmp_path: Path) -> None:
     """One factory drives the inline replay and the threaded cache alike."""
     from tiered.policies import Composite, Hinted, Reverse, Score
+
     from tiered.replay import Replay
 
     def predictor() -> Composite:
