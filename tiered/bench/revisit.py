@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -172,8 +172,9 @@ def patterns(n: int, seed: int = 0) -> dict[str, list[int]]:
             "random": [rng.randrange(n) for _ in range(n)]}
 
 
-TRACE_POLICIES = [("lru", False), ("lru", "reverse"), ("score", "reverse"),
-                  ("score", "auto"), ("belady", "auto")]
+TRACE_POLICIES: list[tuple[str, Literal[False] | str]] = [
+    ("lru", False), ("lru", "reverse"), ("score", "reverse"), ("score", "auto"),
+    ("belady", "auto")]
 
 
 def run_trace(n: int = 256, capacity: int = 32) -> list[dict[str, Any]]:

@@ -1,0 +1,222 @@
+"""The adjoint adapter: Checkpointer, checkpoint_schedules runs, the pyrevolve storage."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import tier_combos
+from tiered.adapters.adjoint import Checkpointer
+from tiered.adapters.schedules import planned_reads, run_schedule
+
+import tiered
+
+cs = pytest.importorskip("checkpoint_schedules", reason="needs tiered[adjoint]")
+
+N_STEPS = 23
+SIZE = 2048
+
+
+def forward(u: np.ndarray, n: int) -> np.ndarray:
+    return np.sin(u) * 0.9 + 0.01 * n
+
+
+def adjoint(adj: np.ndarray, u: np.ndarray, n: int) -> np.ndarray:
+    return adj * 0.95 + np.cos(u) * (n + 1)
+
+
+def initial() -> np.ndarray:
+    return np.linspace(-1.0, 1.0, SIZE)
+
+
+def reference(n_steps: int = N_STEPS) -> np.ndarray:
+    """Keep every state in a list: the in-memory answer."""
+    states = [initial()]
+    for n in range(n_steps - 1):
+        states.append(forward(states[-1], n))
+    adj = np.zeros(SIZE)
+    for n in reversed(range(n_steps)):
+        adj = adjoint(adj, states[n], n)
+    return adj
+
+
+def host_dir(tmp_path: Path, **kw: Any) -> tiered.Cache:
+    return tiered.Cache([tiered.HostTier(8 * (SIZE * 8 + 4096)),
+                         tiered.DirectoryTier(tmp_path / "bb")], **kw)
+
+
+def sweep(ckpt: Checkpointer, n_steps: int = N_STEPS) -> np.ndarray:
+    u = initial()
+    for n in range(n_steps):
+        ckpt.store(n, u)
+        u = forward(u, n)
+    adj = np.zeros(SIZE)
+    step = {"n": 0}
+
+    def recompute(state: np.ndarray) -> np.ndarray:  # the checkpointer steps forward
+        return forward(state, step["n"])
+
+    for n in reversed(range(n_steps)):
+        base = max(s for s in range(0, n + 1, ckpt.every))
+        step["n"] = base  # recompute() is called for base, base + 1, ... in turn
+        counter = iter(range(base, n))
+
+        def rec(state: np.ndarray, counter: Any = counter) -> np.ndarray:
+            return forward(state, next(counter))
+
+        adj = adjoint(adj, ckpt.revisit(n, recompute=rec), n)
+    return adj
+
+
+# ---------------------------------------------------------------- Checkpointer
+@pytest.mark.parametrize("combo", list(tier_combos()))
+def test_checkpointer_over_every_tier_combination(tmp_path: Path, combo: str) -> None:
+    with tiered.Cache(tier_combos()[combo](tmp_path), prefetch="reverse") as cache:
+        ckpt = Checkpointer(cache)
+        np.testing.assert_array_equal(sweep(ckpt), reference())
+        assert ckpt.stored_steps == [] and len(cache) == 0  # consumed as read
+
+
+@pytest.mark.parametrize("every", [2, 5, 23, 40])
+def test_every_k_recomputes_each_segment_once(tmp_path: Path, every: int) -> None:
+    with host_dir(tmp_path, prefetch="reverse") as cache:
+        ckpt = Checkpointer(cache, every=every)
+        np.testing.assert_array_equal(sweep(ckpt), reference())
+        segments = [min(s + every, N_STEPS) - s for s in range(0, N_STEPS, every)]
+        assert ckpt.recomputed_steps == sum(length - 1 for length in segments)
+
+
+def test_several_sweeps_and_consumed_states_are_freed(tmp_path: Path) -> None:
+    with host_dir(tmp_path, eviction="score", prefetch="reverse") as cache:
+        ckpt = Checkpointer(cache, every=3)
+        for _ in range(3):  # an optimisation loop: forward, backward, again
+            np.testing.assert_array_equal(sweep(ckpt), reference())
+        cache.flush()
+        stats = cache.stats()
+        assert stats.tiers["host"].used_bytes == 0
+        assert not any((tmp_path / "bb").glob("*.tdat"))  # discarded files are gone
+
+
+def test_revisit_of_a_step_never_stored(tmp_path: Path) -> None:
+    with host_dir(tmp_path) as cache:
+        ckpt = Checkpointer(cache, every=4)
+        ckpt.store(4, initial())
+        with pytest.raises(KeyError, match="step 2 was never stored"):
+            ckpt.revisit(2)
+        with pytest.raises(KeyError, match="pass recompute="):
+            ckpt.revisit(6)
+        with pytest.raises(ValueError, match="every must be a positive integer"):
+            Checkpointer(cache, every=0)
+        with pytest.raises(ValueError, match="step must be a non-negative integer"):
+            ckpt.store(-1, initial())
+
+
+# ---------------------------------------------------------------- checkpoint_schedules
+def schedules() -> dict[str, Any]:
+    return {
+        "revolve": lambda: cs.Revolve(N_STEPS, 3),
+        "hrevolve": lambda: cs.HRevolve(N_STEPS, 2, 3),
+        "multistage": lambda: cs.MultistageCheckpointSchedule(N_STEPS, 2, 3),
+        "mixed": lambda: cs.MixedCheckpointSchedule(N_STEPS, 4),
+        "disk-revolve": lambda: cs.DiskRevolve(N_STEPS, 3),
+        "periodic-disk-revolve": lambda: cs.PeriodicDiskRevolve(N_STEPS, 3),
+        "two-level": lambda: cs.TwoLevelCheckpointSchedule(5, 2),
+        "single-memory": lambda: cs.SingleMemoryStorageSchedule(),
+        "single-disk": lambda: cs.SingleDiskStorageSchedule(),
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Numba not available")
+@pytest.mark.parametrize("name", list(schedules()))
+def test_every_schedule_matches_the_in_memory_run(tmp_path: Path, name: str) -> None:
+    schedule = schedules()[name]()
+    plan = planned_reads(schedule, N_STEPS)
+    with host_dir(tmp_path, prefetch="hinted") as cache:
+        res = run_schedule(schedule, cache, n_steps=N_STEPS, state=initial(),
+                           forward=forward, adjoint=adjoint, adjoint_state=np.zeros(SIZE))
+    np.testing.assert_array_equal(res.adjoint, reference())
+    assert res.reads == plan  # the hints were the order the schedule really read
+    assert res.forward_steps == N_STEPS + res.recomputed_steps
+
+
+@pytest.mark.filterwarnings("ignore:Numba not available")
+def test_levels_on_their_own_caches(tmp_path: Path) -> None:
+    ram = tiered.Cache([tiered.HostTier("4MiB")])
+    disk = tiered.Cache([tiered.HostTier("1MiB"), tiered.HDF5Tier(tmp_path / "pfs")])
+    res = run_schedule(cs.MultistageCheckpointSchedule(N_STEPS, 2, 3),
+                       {"ram": ram, "disk": disk}, n_steps=N_STEPS, state=initial(),
+                       forward=forward, adjoint=adjoint, adjoint_state=np.zeros(SIZE))
+    np.testing.assert_array_equal(res.adjoint, reference())
+    assert {lvl for lvl, _ in res.reads} == {"ram", "disk"}
+    assert disk.stats().tiers["hdf5"].bytes_in > 0 and ram.stats().tiers["host"].bytes_in > 0
+    ram.close()
+    disk.close()
+
+
+def test_planned_reads_needs_a_fresh_schedule() -> None:
+    schedule = cs.Revolve(N_STEPS, 3)
+    next(iter(schedule))
+    with pytest.raises(ValueError, match="already yielded"):
+        planned_reads(schedule, N_STEPS)
+    with pytest.raises(ValueError, match="lacks"):
+        run_schedule(copy.deepcopy(cs.Revolve(N_STEPS, 3)), {"ram": None},  # type: ignore
+                     n_steps=N_STEPS, state=initial(), forward=forward, adjoint=adjoint,
+                     adjoint_state=np.zeros(SIZE))
+
+
+# ---------------------------------------------------------------- pyrevolve
+class _Live:
+    """pyrevolve's view of the solver: the live state, the forward and reverse operators."""
+
+    def __init__(self) -> None:
+        self.u = initial()
+        self.last = self.u.copy()
+        self.adj = np.zeros(SIZE)
+
+
+def _revolver(live: _Live, n_checkpoints: int) -> Any:
+    pyrevolve = pytest.importorskip("pyrevolve", reason="needs tiered[adjoint]")
+
+    class Ckp(pyrevolve.Checkpoint):
+        dtype = np.float64
+        size = SIZE
+
+        def get_data(self, timestep: int) -> list[np.ndarray]:
+            return [live.u]
+
+        def get_data_location(self, timestep: int) -> list[np.ndarray]:
+            return [live.u]
+
+    class Fwd(pyrevolve.Operator):
+        def apply(self, t_start: int, t_end: int) -> None:
+            for n in range(t_start, t_end):
+                live.last = live.u.copy()  # the state at the start of step n
+                live.u[:] = forward(live.u, n)
+
+    class Rev(pyrevolve.Operator):
+        def apply(self, t_start: int, t_end: int) -> None:
+            live.adj = adjoint(live.adj, live.last, t_start)
+
+    return pyrevolve.Revolver(Ckp(), Fwd(), Rev(), n_checkpoints, N_STEPS)
+
+
+def test_pyrevolve_storage_round_trip(tmp_path: Path) -> None:
+    from tiered.adapters.revolve import use_tiered
+
+    plain = _Live()
+    rev = _revolver(plain, 4)
+    rev.apply_forward()
+    rev.apply_reverse()
+    np.testing.assert_array_equal(plain.adj, reference())  # pyrevolve's own storage
+    mine = _Live()
+    rev = _revolver(mine, 4)
+    with host_dir(tmp_path, prefetch="reverse") as cache:
+        use_tiered(rev, cache)
+        rev.apply_forward()
+        rev.apply_reverse()
+        stats = cache.stats()
+    np.testing.assert_array_equal(mine.adj, plain.adj)
+    assert stats.stores >= 4 and stats.revisits >= 4
