@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 
 import tiered
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulations"))
-import rtm  # noqa: E402
+from tiered.bench import rtm
 
 CFG = rtm.RTMConfig(nz=80, nx=80, nt=220, sponge=10)
 

@@ -145,6 +145,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def drop_file_pages(path: Path) -> None:
+    """Ask the kernel to drop ``path``'s (already durable) pages from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def pwrite_all(fd: int, buf: Any, offset: int) -> None:
     """Write all of ``buf`` at ``offset`` (looping over short writes, GIL released)."""
     view = memoryview(buf).cast("B")
@@ -172,8 +181,9 @@ class PersistentTier(Tier):
     suffix: ClassVar[str] = ".bin"
 
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,
-                 name: str) -> None:
+                 name: str, drop_pages: bool = False) -> None:
         super().__init__(capacity=capacity, name=name)
+        self.drop_pages = drop_pages
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -223,6 +233,8 @@ class PersistentTier(Tier):
             tmp.unlink(missing_ok=True)
             raise
         fsync_dir(self.root)
+        if self.drop_pages:
+            drop_file_pages(final)
         offsets = manifest.get("_offsets")
         record = Record(key, version, meta, checksums, final, final.stat().st_size,
                         None if offsets is None else tuple(offsets))

@@ -34,13 +34,16 @@ class DirectoryTier(PersistentTier):
         Bytes of object files allowed; ``None`` for unlimited.
     name : str
         Name used in statistics and messages.
+    drop_pages : bool
+        Drop each object's pages from the OS page cache once it is durable, so that later
+        reads come from the device (a file system larger than memory; benchmarks use it).
     """
 
     suffix = ".tdat"
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
-                 name: str = "directory") -> None:
-        super().__init__(path, capacity=capacity, name=name)
+                 name: str = "directory", drop_pages: bool = False) -> None:
+        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> None:

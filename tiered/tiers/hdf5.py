@@ -54,14 +54,17 @@ class HDF5Tier(PersistentTier):
         Bytes allowed; ``None`` (the default) for unlimited.
     name : str
         Name used in statistics and messages.
+    drop_pages : bool
+        Drop each object's pages from the OS page cache once it is durable, so that later
+        reads come from the device (a file system larger than memory; benchmarks use it).
     """
 
     suffix = ".h5"
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
-                 name: str = "hdf5") -> None:
+                 name: str = "hdf5", drop_pages: bool = False) -> None:
         self._h5py = _import_h5py()
-        super().__init__(path, capacity=capacity, name=name)
+        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages)
 
     def _create_leaf(self, group: Any, index: int, leaf: LeafInfo) -> int | None:
         h5py = self._h5py

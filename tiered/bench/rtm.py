@@ -1,0 +1,173 @@
+"""2-D acoustic reverse time migration (RTM), the adjoint computation tiered is built for.
+
+Forward: a Ricker source wavefield propagates through a smooth migration velocity and every
+snapshot is stored. Backward: the recorded reflection data are injected at the receivers in
+reverse time, the receiver wavefield propagates backwards, and the image accumulates the
+zero-lag cross-correlation of the two wavefields (``image += u_s(t) * u_r(t)``), so the
+snapshots are revisited in exactly reverse order.
+
+The wave equation is the second-order finite-difference scheme
+``u[n+1] = 2 u[n] - u[n-1] + (v dt / dx)^2 lap(u[n])`` with a damping sponge at the edges;
+float32 throughout. The "observed" data come from a model with a reflector, minus the direct
+wave, modelled once up front.
+
+It lives in the package so that ``tiered bench adjoint`` runs from any install;
+``python simulations/rtm.py`` runs a small image through tiered, checked bit for bit against
+keeping every snapshot in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from tiered.cache import Cache
+
+State = tuple[np.ndarray, np.ndarray]  # (u[n-1], u[n]): what a restart needs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RTMConfig:
+    """Grid, time stepping and acquisition (one shot, a line of receivers near the top)."""
+
+    nz: int = 200
+    nx: int = 200
+    nt: int = 500
+    dx: float = 10.0  # m
+    dt: float = 0.002  # s (stable while v dt / dx < 1/sqrt(2))
+    f0: float = 15.0  # Hz, Ricker peak frequency
+    v_top: float = 1500.0  # m/s
+    v_bottom: float = 2500.0
+    sponge: int = 20  # cells of absorbing layer
+
+    @property
+    def reflector(self) -> int:
+        """Depth index of the velocity jump the image should show."""
+        return int(0.4 * self.nz)
+
+    @property
+    def snapshot_bytes(self) -> int:
+        """Bytes of one stored snapshot."""
+        return self.nz * self.nx * 4
+
+
+class Wave:
+    """The finite-difference propagator for one velocity model (preallocated work arrays)."""
+
+    def __init__(self, cfg: RTMConfig, velocity: np.ndarray) -> None:
+        self.cfg = cfg
+        self.c2 = ((velocity * cfg.dt / cfg.dx) ** 2).astype(np.float32)
+        self.damp = _sponge(cfg)
+        self.lap = np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
+
+    def step(self, prev: np.ndarray, cur: np.ndarray, out: np.ndarray) -> None:
+        """Write ``u[n+1]`` into ``out`` from ``prev = u[n-1]`` and ``cur = u[n]``."""
+        lap = self.lap
+        lap[1:-1, 1:-1] = (cur[:-2, 1:-1] + cur[2:, 1:-1] + cur[1:-1, :-2] + cur[1:-1, 2:]
+                           - 4.0 * cur[1:-1, 1:-1])
+        np.multiply(self.c2, lap, out=out)
+        out += cur
+        out += cur
+        out -= prev
+        out *= self.damp
+
+
+def _sponge(cfg: RTMConfig) -> np.ndarray:
+    ramp = np.ones(max(cfg.nz, cfg.nx), dtype=np.float32)
+    edge = np.exp(-((0.015 * (cfg.sponge - np.arange(cfg.sponge))) ** 2)).astype(np.float32)
+    ramp[: cfg.sponge] = edge
+
+    def axis(n: int) -> np.ndarray:
+        return np.minimum(ramp[:n], ramp[:n][::-1])
+
+    return np.outer(axis(cfg.nz), axis(cfg.nx)).astype(np.float32)
+
+
+def velocities(cfg: RTMConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Return (true model with a reflector, smooth migration model)."""
+    true = np.full((cfg.nz, cfg.nx), cfg.v_top, dtype=np.float32)
+    true[cfg.reflector:, :] = cfg.v_bottom
+    smooth = np.full_like(true, cfg.v_top)
+    return true, smooth
+
+
+def ricker(cfg: RTMConfig) -> np.ndarray:
+    """Return the source wavelet, one value per time step."""
+    t = np.arange(cfg.nt) * cfg.dt - 1.0 / cfg.f0
+    a = (np.pi * cfg.f0 * t) ** 2
+    return ((1 - 2 * a) * np.exp(-a)).astype(np.float32)
+
+
+def _positions(cfg: RTMConfig) -> tuple[tuple[int, int], np.ndarray]:
+    source = (cfg.sponge + 2, cfg.nx // 2)
+    receivers = np.arange(cfg.sponge, cfg.nx - cfg.sponge)
+    return source, receivers
+
+
+def propagate(cfg: RTMConfig, wave: Wave) -> Iterator[np.ndarray]:
+    """Yield the source wavefield ``u[n]`` for n = 0 .. nt-1 (the yielded array is reused)."""
+    (sz, sx), _ = _positions(cfg)
+    wavelet = ricker(cfg)
+    prev, cur, nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32) for _ in range(3))
+    for n in range(cfg.nt):
+        yield cur
+        wave.step(prev, cur, nxt)
+        nxt[sz, sx] += wavelet[n]
+        prev, cur, nxt = cur, nxt, prev
+
+
+def record(cfg: RTMConfig) -> np.ndarray:
+    """Reflection data at the receivers: true-model recording minus the direct wave."""
+    true, smooth = velocities(cfg)
+    _, rec = _positions(cfg)
+    depth = cfg.sponge + 2
+    full = np.stack([u[depth, rec].copy() for u in propagate(cfg, Wave(cfg, true))])
+    direct = np.stack([u[depth, rec].copy() for u in propagate(cfg, Wave(cfg, smooth))])
+    return full - direct
+
+
+def backward_pass(cfg: RTMConfig, data: np.ndarray,
+                  snapshot: Callable[[int], np.ndarray]) -> np.ndarray:
+    """Propagate the receiver wavefield in reverse time and build the image.
+
+    ``snapshot(n)`` returns the source wavefield at step ``n``; it is called for
+    n = nt-1 down to 0, once each.
+    """
+    _, smooth = velocities(cfg)
+    wave = Wave(cfg, smooth)
+    _, rec = _positions(cfg)
+    depth = cfg.sponge + 2
+    image = np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
+    prev, cur, nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32) for _ in range(3))
+    for n in reversed(range(cfg.nt)):
+        cur[depth, rec] += data[n]
+        image += snapshot(n) * cur
+        wave.step(prev, cur, nxt)
+        prev, cur, nxt = cur, nxt, prev
+    return image
+
+
+def forward_pass(cfg: RTMConfig, store: Callable[[int, np.ndarray], None]) -> None:
+    """Propagate the source wavefield and hand every snapshot to ``store(n, u)``."""
+    _, smooth = velocities(cfg)
+    for n, u in enumerate(propagate(cfg, Wave(cfg, smooth))):
+        store(n, u)
+
+
+def in_memory_image(cfg: RTMConfig, data: np.ndarray) -> np.ndarray:
+    """Return the reference image, keeping a copy of every snapshot in a list."""
+    snaps: list[np.ndarray] = []
+    forward_pass(cfg, lambda n, u: snaps.append(u.copy()))
+    return backward_pass(cfg, data, snaps.__getitem__)
+
+
+def tiered_image(cfg: RTMConfig, data: np.ndarray, cache: Cache) -> np.ndarray:
+    """Return the same image with the snapshots in a tiered cache (adjoint adapter)."""
+    from tiered.adapters.adjoint import Checkpointer
+
+    ckpt = Checkpointer(cache, name="rtm")
+    forward_pass(cfg, ckpt.store)
+    buf = np.empty((cfg.nz, cfg.nx), dtype=np.float32)
+    return backward_pass(cfg, data, lambda n: ckpt.revisit(n, out=buf))
