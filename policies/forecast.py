@@ -6,14 +6,33 @@ back to least-recently-used order.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Collection
 from typing import Any
 
-from tiered.policies.base import NEVER, VictimContext
-from tiered.policies.eviction import LRU
+from tiered.policies.base import NEVER, Event, EventContext, VictimContext
 
 
-class Belady(LRU):
+class _Recency:
+    """Last-use counter per key: the tie-break of the forecast policies (O(1) per event)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, int] = {}
+        self._clock = itertools.count()
+
+    def observe(self, event: Event, key: Any, *, ctx: EventContext) -> None:
+        """Note the use of ``key``, or forget it on ``remove``."""
+        if event == "remove":
+            self._last.pop(key, None)
+        else:
+            self._last[key] = next(self._clock)
+
+    def age(self, key: Any) -> int:
+        """Return a number that grows the longer ago ``key`` was last used."""
+        return -self._last.get(key, -1)
+
+
+class Belady(_Recency):
     """Evict the candidate whose next use is farthest in the forecast (never = farthest).
 
     With a perfect forecast of every future access this is Belady's MIN, the optimum for
@@ -24,11 +43,10 @@ class Belady(LRU):
         """Return the candidate used farthest in the future (LRU among equals)."""
         if not candidates:
             return None
-        rank = {k: i for i, k in enumerate(self.order())}
-        return max(candidates, key=lambda k: (ctx.distance(k), -rank.get(k, -1)))
+        return max(candidates, key=lambda k: (ctx.distance(k), self.age(k)))
 
 
-class Score(LRU):
+class Score(_Recency):
     """Score-based eviction for adjoint and rollback histories.
 
     A copy's eviction score orders, most evictable first:
@@ -52,12 +70,11 @@ class Score(LRU):
         """Return the candidate with the highest eviction score."""
         if not candidates:
             return None
-        rank = {k: i for i, k in enumerate(self.order())}
 
         def score(key: Any) -> tuple[bool, bool, float, int]:
             distance = ctx.distance(key)
             consumed = key in ctx.consumed and distance == NEVER
             durable = key in ctx.durable or not self.durable_first
-            return durable, consumed, distance, -rank.get(key, -1)
+            return durable, consumed, distance, self.age(key)
 
         return max(candidates, key=score)

@@ -71,3 +71,18 @@ def test_torch_tensor_keeps_dtype_and_device(tmp_path):
         got = cache.revisit("m")
     assert_same(got, value)
     assert got["w"].device == torch.device("cpu")
+
+
+def test_unsynced_scratch_tier_round_trips_and_reopens(tmp_path):
+    import numpy as np
+
+    with tiered.Cache([tiered.HostTier("1MiB"),
+                       tiered.DirectoryTier(tmp_path, sync=False, drop_pages=False)]) as cache:
+        for i in range(20):
+            cache.store(i, np.full(10_000, i, dtype=np.float64))
+    with tiered.Cache([tiered.DirectoryTier(tmp_path, drop_pages=True)]) as again:
+        assert sorted(again.keys()) == list(range(20))
+        assert again.revisit(7)[123] == 7
+        again.store("new", np.ones(5))  # written, fsync'd, then its pages dropped
+        again.flush()
+        assert again.revisit("new").sum() == 5

@@ -10,7 +10,7 @@ import copy as _copy
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tiered.config import CacheConfig
@@ -46,6 +46,22 @@ def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
     return [first] + [_copy.deepcopy(first) for _ in range(count - 1)]  # one state per tier
 
 
+class _Sizes(Mapping[Key, int]):
+    """Payload bytes of every key in the index, as a read-only view (no copy per forecast)."""
+
+    def __init__(self, index: dict[Key, Entry]) -> None:
+        self._index = index
+
+    def __getitem__(self, key: Key) -> int:
+        return self._index[key].meta.nbytes
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+
 class EngineCore:
     """Index, room-making and background drains shared by the public :class:`Cache`."""
 
@@ -65,6 +81,11 @@ class EngineCore:
         self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, dict[Key, int]] = (-1, {})
+        self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
+        # the eviction forecast looks this far ahead: anything later than what all memory
+        # tiers hold twice over is "far" alike (ties then go by recency)
+        self._horizon = 2 * sum(t.capacity_bytes or 0 for t in tiers
+                                if isinstance(t, MemoryTier))
         self._demand_reads = 0  # revisits reading from a persistent tier right now
         self._store_waiters = 0  # stores waiting for room right now
         self._cond = threading.Condition()
@@ -109,8 +130,8 @@ class EngineCore:
                                                               hints=hints))
         self._signals += 1
 
-    def _sizes(self) -> dict[Key, int]:
-        return {k: e.meta.nbytes for k, e in self._index.items()}
+    def _sizes(self) -> _Sizes:
+        return _Sizes(self._index)
 
     def _predict(self, budget: float) -> list[Key]:
         return self._predictor.predict(ctx=PredictContext(sizes=self._sizes(),
@@ -120,7 +141,7 @@ class EngineCore:
         """Forecast position of every key expected again (memoised until the next event)."""
         if self._forecast[0] != self._signals:
             self._forecast = (self._signals,
-                              {k: i for i, k in enumerate(self._predict(NEVER))})
+                              {k: i for i, k in enumerate(self._predict(self._horizon))})
         return self._forecast[1]
 
     def _durable(self, entry: Entry, tier: int) -> bool:
@@ -129,6 +150,7 @@ class EngineCore:
 
     def _add_copy(self, entry: Entry, copy: Copy) -> None:
         entry.copies[copy.tier] = copy
+        self._resident[copy.tier][entry.key] = entry
         self._policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
             nbytes=entry.meta.nbytes, now=self._tick()))
         self._tstats(copy.tier).entries += 1
@@ -136,6 +158,8 @@ class EngineCore:
     def _drop_copy(self, entry: Entry, tier: int) -> Record | None:
         """Forget ``entry``'s copy in ``tier``; return a record whose file must be deleted."""
         copy = entry.copies.pop(tier)
+        if self._resident[tier].get(entry.key) is entry:
+            del self._resident[tier][entry.key]
         if copy.prefetched and not copy.used:
             self._stats.wasted_prefetches += 1
         self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
@@ -171,7 +195,7 @@ class EngineCore:
         must not push out what is needed sooner than what it brings in).
         """
         next_use = self._next_use()
-        candidates = {k for k, e in self._index.items() if e.evictable(tier)
+        candidates = {k for k, e in self._resident[tier].items() if e.evictable(tier)
                       and next_use.get(k, NEVER) > limit}
         if not candidates:
             return False

@@ -108,13 +108,12 @@ def _positions(cfg: RTMConfig) -> tuple[tuple[int, int], np.ndarray]:
 
 def propagate(cfg: RTMConfig, wave: Wave) -> Iterator[np.ndarray]:
     """Yield the source wavefield ``u[n]`` for n = 0 .. nt-1 (the yielded array is reused)."""
-    (sz, sx), _ = _positions(cfg)
-    wavelet = ricker(cfg)
+    src = Source(cfg)
+    src.wave = wave
     prev, cur, nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32) for _ in range(3))
     for n in range(cfg.nt):
         yield cur
-        wave.step(prev, cur, nxt)
-        nxt[sz, sx] += wavelet[n]
+        src.advance_into(prev, cur, nxt, n)
         prev, cur, nxt = cur, nxt, prev
 
 
@@ -128,6 +127,56 @@ def record(cfg: RTMConfig) -> np.ndarray:
     return full - direct
 
 
+class Receiver:
+    """The backward half: receiver wavefield in reverse time and the image it builds."""
+
+    def __init__(self, cfg: RTMConfig, data: np.ndarray) -> None:
+        _, smooth = velocities(cfg)
+        self.wave = Wave(cfg, smooth)
+        self.data = data
+        _, self.rec = _positions(cfg)
+        self.depth = cfg.sponge + 2
+        self.image = np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
+        self.prev, self.cur, self.nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
+                                         for _ in range(3))
+
+    def step(self, n: int, source: np.ndarray) -> None:
+        """Adjoint step ``n``: inject data, correlate with ``source`` = u_s(n), propagate."""
+        self.cur[self.depth, self.rec] += self.data[n]
+        self.image += source * self.cur
+        self.wave.step(self.prev, self.cur, self.nxt)
+        self.prev, self.cur, self.nxt = self.cur, self.nxt, self.prev
+
+
+class Source:
+    """The forward half as an explicit state machine, for schedules that restart it.
+
+    The state at step ``n`` is ``(u[n-1], u[n])``; :meth:`advance` returns new arrays.
+    """
+
+    def __init__(self, cfg: RTMConfig) -> None:
+        _, smooth = velocities(cfg)
+        self.wave = Wave(cfg, smooth)
+        self.wavelet = ricker(cfg)
+        self.at, _ = _positions(cfg)
+        self.shape = (cfg.nz, cfg.nx)
+
+    def initial(self) -> State:
+        """Return the state at step 0 (everything at rest)."""
+        return np.zeros(self.shape, np.float32), np.zeros(self.shape, np.float32)
+
+    def advance_into(self, prev: np.ndarray, cur: np.ndarray, out: np.ndarray, n: int) -> None:
+        """Write ``u[n+1]`` into ``out``."""
+        self.wave.step(prev, cur, out)
+        out[self.at] += self.wavelet[n]
+
+    def advance(self, state: State, n: int) -> State:
+        """Return the state at step ``n + 1`` (fresh arrays)."""
+        out = np.empty(self.shape, np.float32)
+        self.advance_into(state[0], state[1], out, n)
+        return state[1], out
+
+
 def backward_pass(cfg: RTMConfig, data: np.ndarray,
                   snapshot: Callable[[int], np.ndarray]) -> np.ndarray:
     """Propagate the receiver wavefield in reverse time and build the image.
@@ -135,18 +184,10 @@ def backward_pass(cfg: RTMConfig, data: np.ndarray,
     ``snapshot(n)`` returns the source wavefield at step ``n``; it is called for
     n = nt-1 down to 0, once each.
     """
-    _, smooth = velocities(cfg)
-    wave = Wave(cfg, smooth)
-    _, rec = _positions(cfg)
-    depth = cfg.sponge + 2
-    image = np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
-    prev, cur, nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32) for _ in range(3))
+    receiver = Receiver(cfg, data)
     for n in reversed(range(cfg.nt)):
-        cur[depth, rec] += data[n]
-        image += snapshot(n) * cur
-        wave.step(prev, cur, nxt)
-        prev, cur, nxt = cur, nxt, prev
-    return image
+        receiver.step(n, snapshot(n))
+    return receiver.image
 
 
 def forward_pass(cfg: RTMConfig, store: Callable[[int, np.ndarray], None]) -> None:

@@ -181,9 +181,9 @@ class PersistentTier(Tier):
     suffix: ClassVar[str] = ".bin"
 
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,
-                 name: str, drop_pages: bool = False) -> None:
+                 name: str, drop_pages: bool = False, sync: bool = True) -> None:
         super().__init__(capacity=capacity, name=name)
-        self.drop_pages = drop_pages
+        self.drop_pages, self.sync = drop_pages, sync
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -232,7 +232,8 @@ class PersistentTier(Tier):
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        fsync_dir(self.root)
+        if self.sync:
+            fsync_dir(self.root)
         if self.drop_pages:
             drop_file_pages(final)
         offsets = manifest.get("_offsets")
@@ -241,6 +242,11 @@ class PersistentTier(Tier):
         with self._lock:
             self._used += record.file_bytes
         return record
+
+    def sync_file(self, fd: int) -> None:
+        """Make a written object file durable (needed too before its pages can be dropped)."""
+        if self.sync or self.drop_pages:
+            os.fsync(fd)
 
     def get_into(self, record: Record, region: np.ndarray) -> None:
         """Read ``record``'s payload into a host region and verify every leaf.

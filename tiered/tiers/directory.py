@@ -37,13 +37,19 @@ class DirectoryTier(PersistentTier):
     drop_pages : bool
         Drop each object's pages from the OS page cache once it is durable, so that later
         reads come from the device (a file system larger than memory; benchmarks use it).
+    sync : bool
+        fsync every object and its directory entry (the default: what is drained survives
+        a crash). ``False`` for scratch space whose contents need not outlive the node, e.g.
+        an adjoint history: objects are still written atomically and checksummed, so a crash
+        leaves missing or detectably broken objects, never wrong ones.
     """
 
     suffix = ".tdat"
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
-                 name: str = "directory", drop_pages: bool = False) -> None:
-        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages)
+                 name: str = "directory", drop_pages: bool = False, sync: bool = True) -> None:
+        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
+                         sync=sync)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> None:
@@ -53,7 +59,7 @@ class DirectoryTier(PersistentTier):
         try:
             pwrite_all(fd, region, 0)
             pwrite_all(fd, text + footer, meta.nbytes)
-            os.fsync(fd)
+            self.sync_file(fd)
         finally:
             os.close(fd)
 

@@ -57,14 +57,20 @@ class HDF5Tier(PersistentTier):
     drop_pages : bool
         Drop each object's pages from the OS page cache once it is durable, so that later
         reads come from the device (a file system larger than memory; benchmarks use it).
+    sync : bool
+        fsync every object and its directory entry (the default: what is drained survives
+        a crash). ``False`` for scratch space whose contents need not outlive the node, e.g.
+        an adjoint history: objects are still written atomically and checksummed, so a crash
+        leaves missing or detectably broken objects, never wrong ones.
     """
 
     suffix = ".h5"
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
-                 name: str = "hdf5", drop_pages: bool = False) -> None:
+                 name: str = "hdf5", drop_pages: bool = False, sync: bool = True) -> None:
         self._h5py = _import_h5py()
-        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages)
+        super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
+                         sync=sync)
 
     def _create_leaf(self, group: Any, index: int, leaf: LeafInfo) -> int | None:
         h5py = self._h5py
@@ -92,7 +98,7 @@ class HDF5Tier(PersistentTier):
             for leaf, offset in zip(meta.leaves, offsets, strict=True):
                 if offset is not None and leaf.nbytes:
                     pwrite_all(fd, region[leaf.offset: leaf.offset + leaf.nbytes], offset)
-            os.fsync(fd)
+            self.sync_file(fd)
         finally:
             os.close(fd)
         manifest["_offsets"] = offsets

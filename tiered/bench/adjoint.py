@@ -1,0 +1,351 @@
+"""``tiered bench adjoint``: reverse time migration with each way of keeping its history.
+
+Every configuration runs the same RTM problem (:mod:`tiered.bench.rtm`) in a fresh
+subprocess (clean peak RSS and I/O counters), with the same memory budget for the fast
+level (a quarter of the snapshot history), in two regimes:
+
+* ``page-cache``: files stay in the OS page cache, as on a big-memory workstation;
+* ``beyond-memory``: every file written is fsync'd and its pages dropped
+  (``posix_fadvise(POSIX_FADV_DONTNEED)``) right away, for every configuration alike, so
+  reads come from the device as they would from a parallel file system holding more than
+  memory. ``device_read_bytes`` (from ``/proc/self/io``) shows it did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiered.bench import rtm
+
+REGIMES = ("page-cache", "beyond-memory")
+ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
+        "pyrevolve-disk", "schedules-multistage-numpy", "tiered-reverse",
+        "tiered-multistage")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdjointBench:
+    """One run's problem, budget and place."""
+
+    cfg: rtm.RTMConfig
+    regime: str
+    workdir: Path
+    budget_fraction: float = 0.25
+
+    @property
+    def budget_bytes(self) -> int:
+        """Bytes the fast level may hold."""
+        return int(self.budget_fraction * self.cfg.nt * self.cfg.snapshot_bytes)
+
+    @property
+    def cold(self) -> bool:
+        """Whether writes are dropped from the page cache (the beyond-memory regime)."""
+        return self.regime == "beyond-memory"
+
+
+class Timer:
+    """Accumulates seconds spent inside wrapped calls (the stall of a row)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Return ``fn`` timed into this timer."""
+        def timed(*args: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds += time.perf_counter() - started
+        return timed
+
+
+def save_npy(path: Path, value: np.ndarray, cold: bool) -> None:
+    """``np.save`` one array (fsync'd and dropped from the page cache when ``cold``)."""
+    with open(path, "wb") as fh:
+        np.save(fh, value)
+        if cold:
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+class NumpyLevel:
+    """A plain storage level for checkpoint_schedules: a dict (RAM) or .npy files (DISK)."""
+
+    def __init__(self, root: Path | None, cold: bool, timer: Timer) -> None:
+        self.root, self.cold = root, cold
+        self._ram: dict[tuple[str, int], rtm.State] = {}
+        self.revisit = timer.wrap(self._revisit)
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: tuple[str, int], i: int) -> Path:
+        assert self.root is not None
+        return self.root / f"{key[0]}-{key[1]}-{i}.npy"
+
+    def store(self, key: tuple[str, int], state: rtm.State) -> None:
+        """Keep a copy of ``state``."""
+        if self.root is None:
+            self._ram[key] = tuple(a.copy() for a in state)
+        else:
+            for i, a in enumerate(state):
+                save_npy(self._path(key, i), a, self.cold)
+
+    def _revisit(self, key: tuple[str, int]) -> rtm.State:
+        if self.root is None:
+            return self._ram[key]
+        return np.load(self._path(key, 0)), np.load(self._path(key, 1))
+
+    def discard(self, key: tuple[str, int]) -> None:
+        """Forget ``key``."""
+        if self.root is None:
+            self._ram.pop(key, None)
+        else:
+            for i in range(2):
+                self._path(key, i).unlink(missing_ok=True)
+
+    def hint(self, keys: Any) -> None:
+        """Plain storage has nothing to prefetch with."""
+
+
+# ---------------------------------------------------------------- rows
+def _compute_only(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    last: list[np.ndarray] = []
+    t0 = time.perf_counter()
+    rtm.forward_pass(b.cfg, lambda n, u: last.append(u) if n == b.cfg.nt - 1 else None)
+    t1 = time.perf_counter()
+    fixed = last[0]
+    image = rtm.backward_pass(b.cfg, data, lambda n: fixed)  # same arithmetic, no storage
+    return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image}
+
+
+def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, np.ndarray], None],
+                load: Callable[[int], np.ndarray], timer: Timer,
+                between: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    rtm.forward_pass(b.cfg, store)
+    between()
+    t1 = time.perf_counter()
+    image = rtm.backward_pass(b.cfg, data, timer.wrap(load))
+    return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image,
+            "stall_s": timer.seconds}
+
+
+def _in_memory(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    snaps: list[np.ndarray] = []
+    return _store_load(b, data, lambda n, u: snaps.append(u.copy()), snaps.__getitem__,
+                       Timer())
+
+
+def _numpy(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    root = b.workdir / "npy"
+    root.mkdir()
+    return _store_load(b, data, lambda n, u: save_npy(root / f"{n}.npy", u, b.cold),
+                       lambda n: np.load(root / f"{n}.npy"), Timer())
+
+
+def _tiered_cache(b: AdjointBench, **kw: Any) -> Any:
+    import tiered
+
+    return tiered.Cache([tiered.HostTier(b.budget_bytes),
+                         # a history is scratch: fsync only where pages must be dropped,
+                         # as the np.save row does
+                         tiered.DirectoryTier(b.workdir / "bb", drop_pages=b.cold,
+                                              sync=b.cold)],
+                        eviction="score", **kw)
+
+
+def _tiered_reverse(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    from tiered.adapters.adjoint import Checkpointer
+
+    cache = _tiered_cache(b, prefetch="reverse")
+    ckpt = Checkpointer(cache, name="rtm")
+    buf = np.empty((b.cfg.nz, b.cfg.nx), dtype=np.float32)
+    row = _store_load(b, data, ckpt.store, lambda n: ckpt.revisit(n, out=buf), Timer())
+    row["stall_s"] = cache.stats().stall_s
+    cache.close(drain=False)
+    return row
+
+
+def _snapshots(b: AdjointBench) -> tuple[int, int]:
+    """Checkpoints a schedule may keep in RAM (within the budget) and on disk."""
+    in_ram = max(1, b.budget_bytes // (2 * b.cfg.snapshot_bytes))  # a state is two arrays
+    return in_ram, max(1, b.cfg.nt // 4)
+
+
+def _schedule_row(b: AdjointBench, data: np.ndarray, storage: Any,
+                  timer: Timer) -> dict[str, Any]:
+    import checkpoint_schedules as cs
+
+    from tiered.adapters.schedules import run_schedule
+
+    src, receiver = rtm.Source(b.cfg), rtm.Receiver(b.cfg, data)
+
+    def adjoint(adj: Any, state: rtm.State, n: int) -> Any:
+        receiver.step(n, state[1])
+        return adj
+
+    in_ram, on_disk = _snapshots(b)
+    res = run_schedule(cs.MultistageCheckpointSchedule(b.cfg.nt, in_ram, on_disk), storage,
+                       n_steps=b.cfg.nt, state=src.initial(), forward=src.advance,
+                       adjoint=adjoint, adjoint_state=None)
+    return {"forward_s": res.forward_s, "backward_s": res.backward_s,
+            "image": receiver.image, "stall_s": timer.seconds,
+            "recomputed_steps": res.recomputed_steps}
+
+
+def _schedules_numpy(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    timer = Timer()
+    levels = {"ram": NumpyLevel(None, b.cold, timer),
+              "disk": NumpyLevel(b.workdir / "disk", b.cold, timer)}
+    return _schedule_row(b, data, levels, timer)
+
+
+def _tiered_multistage(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    cache = _tiered_cache(b, prefetch="hinted")
+    row = _schedule_row(b, data, cache, Timer())
+    row["stall_s"] = cache.stats().stall_s
+    cache.close(drain=False)
+    return row
+
+
+def _pyrevolve(b: AdjointBench, data: np.ndarray, disk: bool) -> dict[str, Any]:
+    import pyrevolve
+
+    src, receiver = rtm.Source(b.cfg), rtm.Receiver(b.cfg, data)
+    live = dict(zip(("prev", "cur", "nxt"), (*src.initial(), np.zeros(src.shape, np.float32)),
+                    strict=True))
+    steps = [0]
+
+    class Ckp(pyrevolve.Checkpoint):
+        dtype = np.float32
+        size = 2 * b.cfg.nz * b.cfg.nx
+
+        def get_data(self, timestep: int) -> list[np.ndarray]:
+            return [live["prev"], live["cur"]]
+
+        get_data_location = get_data
+
+    class Fwd(pyrevolve.Operator):
+        def apply(self, t_start: int, t_end: int) -> None:
+            for n in range(t_start, t_end):
+                src.advance_into(live["prev"], live["cur"], live["nxt"], n)
+                live["prev"], live["cur"], live["nxt"] = live["cur"], live["nxt"], live["prev"]
+                steps[0] += 1
+
+    class Rev(pyrevolve.Operator):
+        def apply(self, t_start: int, t_end: int) -> None:
+            receiver.step(t_start, live["prev"])  # the forward just stepped past t_start
+
+    in_ram, on_disk = _snapshots(b)
+    if disk:
+        rev = pyrevolve.DiskRevolver(Ckp(), Fwd(), Rev(), on_disk, b.cfg.nt,
+                                     filedir=str(b.workdir) + "/")
+    else:
+        rev = pyrevolve.MemoryRevolver(Ckp(), Fwd(), Rev(), in_ram, b.cfg.nt)
+    timer = Timer()
+    rev.storage_list[0].load = timer.wrap(rev.storage_list[0].load)
+    t0 = time.perf_counter()
+    rev.apply_forward()
+    t1 = time.perf_counter()
+    rev.apply_reverse()
+    return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1,
+            "image": receiver.image, "stall_s": timer.seconds,
+            "recomputed_steps": steps[0] - b.cfg.nt}
+
+
+RUNNERS: dict[str, Callable[[AdjointBench, np.ndarray], dict[str, Any]]] = {
+    "compute-only": _compute_only, "in-memory": _in_memory, "np.save/np.load": _numpy,
+    "pyrevolve-memory": lambda b, d: _pyrevolve(b, d, disk=False),
+    "pyrevolve-disk": lambda b, d: _pyrevolve(b, d, disk=True),
+    "schedules-multistage-numpy": _schedules_numpy, "tiered-reverse": _tiered_reverse,
+    "tiered-multistage": _tiered_multistage,
+}
+
+
+# ---------------------------------------------------------------- one row per process
+def _io() -> dict[str, int]:
+    with open("/proc/self/io") as fh:
+        return {k: int(v) for k, v in (line.split(": ") for line in fh)}
+
+
+def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
+    """Run one configuration here (called in a fresh subprocess); return its row."""
+    data = np.load(bench.workdir.parent / "data.npy")
+    before = _io()
+    started = time.perf_counter()
+    row = RUNNERS[name](bench, data)
+    wall = time.perf_counter() - started
+    after = _io()
+    np.save(bench.workdir.parent / f"image-{bench.regime}-{name.replace('/', '_')}.npy",
+            row.pop("image"))
+    return {"name": name, "regime": bench.regime, "wall_s": wall,
+            "stall_s": row.pop("stall_s", 0.0), "recomputed_steps": 0, **row,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "bytes_written": after["wchar"] - before["wchar"],
+            "bytes_read": after["rchar"] - before["rchar"],
+            "device_read_bytes": after["read_bytes"] - before["read_bytes"],
+            "device_write_bytes": after["write_bytes"] - before["write_bytes"]}
+
+
+def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path) -> dict[str, Any]:
+    workdir = root / f"{regime}-{name.replace('/', '_')}"
+    workdir.mkdir()
+    spec = json.dumps({"name": name, "regime": regime, "root": str(workdir),
+                       "cfg": dataclasses.asdict(cfg)})
+    done = subprocess.run([sys.executable, "-m", "tiered.bench.adjoint", spec],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench adjoint row {name} ({regime}) failed:\n{done.stderr}")
+    subprocess.run(["rm", "-rf", str(workdir)], check=True)
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return row
+
+
+def run(cfg: rtm.RTMConfig, workdir: Path | None = None,
+        rows: tuple[str, ...] = ROWS) -> list[dict[str, Any]]:
+    """Every configuration in both regimes; rows carry ratios to compute-only and np.save."""
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        root = Path(tmp)
+        np.save(root / "data.npy", rtm.record(cfg))
+        for regime in REGIMES:
+            for name in rows:
+                out.append(_child(name, regime, cfg, root))
+        reference = np.load(root / "image-page-cache-in-memory.npy")
+        for row in out:
+            if row["name"] != "compute-only":
+                image = np.load(root / f"image-{row['regime']}-{row['name'].replace('/', '_')}"
+                                f".npy")
+                row["image_identical"] = bool(np.array_equal(image, reference))
+    for row in out:
+        same = [r for r in out if r["regime"] == row["regime"]]
+        base = next(r for r in same if r["name"] == "compute-only")["wall_s"]
+        naive = next(r for r in same if r["name"] == "np.save/np.load")["wall_s"]
+        row.update(vs_compute=row["wall_s"] / base, speedup_vs_numpy=naive / row["wall_s"],
+                   history_bytes=cfg.nt * cfg.snapshot_bytes, nz=cfg.nz, nx=cfg.nx, nt=cfg.nt)
+    return out
+
+
+def _main() -> None:
+    spec = json.loads(sys.argv[1])
+    bench = AdjointBench(cfg=rtm.RTMConfig(**spec["cfg"]), regime=spec["regime"],
+                         workdir=Path(spec["root"]))
+    sys.stdout.write(json.dumps(run_row(spec["name"], bench)) + "\n")
+
+
+if __name__ == "__main__":
+    _main()
