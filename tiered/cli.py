@@ -35,13 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_text in (("capture", "store() blocking time vs np.copyto"),
                             ("drain", "drain throughput vs raw write+fsync"),
                             ("interference", "foreground slowdown while draining"),
-                            ("revisit", "backward-pass stall with each prefetch policy")):
+                            ("revisit", "backward-pass stall with each prefetch policy"),
+                            ("adjoint", "reverse time migration, every way of keeping it")):
         b = kinds.add_parser(name, help=help_text)
         b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
         b.add_argument("--workdir", help="directory for the files (default: system temp)")
         b.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
         if name in ("capture", "drain"):
             b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256])
+    adj = kinds.choices["adjoint"]
+    adj.add_argument("--n", type=_positive, default=512, help="grid is n x n (float32)")
+    adj.add_argument("--nt", type=_positive, default=400, help="time steps (snapshots)")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
@@ -98,6 +102,17 @@ def _revisit(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
                   "wasted_prefetches"]
 
 
+def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any], list[str]]:
+    from tiered.bench import adjoint, rtm
+
+    cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12) if args.quick else
+           rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt))
+    rows = adjoint.run(cfg, workdir=workdir)
+    return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
+                  "recomputed_steps", "vs_compute", "speedup_vs_numpy", "peak_rss_bytes",
+                  "bytes_written", "bytes_read", "device_read_bytes", "image_identical"]
+
+
 def _bench(args: argparse.Namespace) -> int:
     from tiered.bench import capture, drain, interference
     from tiered.bench.common import save_json, table
@@ -115,6 +130,8 @@ def _bench(args: argparse.Namespace) -> int:
         cols = ["size_mib", "tier", "raw_gbps", "tiered_gbps", "ratio", "h5py_naive_gbps"]
     elif args.bench == "revisit":
         rows, cols = _revisit(args, workdir)
+    elif args.bench == "adjoint":
+        rows, cols = _adjoint(args, workdir)
     else:
         rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)

@@ -1,0 +1,44 @@
+"""``tiered bench adjoint`` on a tiny RTM: every row, both regimes, identical images."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tiered.cli import main
+
+FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "stall_s",
+          "recomputed_steps", "peak_rss_bytes", "bytes_written", "bytes_read"}
+
+
+def _on_tmpfs(path: Path) -> bool:
+    best, kind = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount, fstype, *_ = line.split()
+        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
+            best, kind = mount, fstype
+    return kind in ("tmpfs", "ramfs")
+
+
+@pytest.mark.filterwarnings("ignore:Numba not available")
+def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "adjoint.json"
+    assert main(["bench", "adjoint", "--quick", "--json", str(out),
+                 "--workdir", str(tmp_path)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["regime"] for r in rows} == {"page-cache", "beyond-memory"}
+    assert len(rows) == 16
+    for row in rows:
+        assert FIELDS <= set(row), row["name"]
+        if row["name"] != "compute-only":
+            assert row["image_identical"], (row["regime"], row["name"])
+    by = {(r["regime"], r["name"]): r for r in rows}
+    for name in ("pyrevolve-memory", "schedules-multistage-numpy", "tiered-multistage"):
+        assert by["page-cache", name]["recomputed_steps"] > 0
+    assert by["page-cache", "tiered-reverse"]["recomputed_steps"] == 0
+    if not _on_tmpfs(tmp_path):  # the emulation must really send reads to the device
+        assert by["beyond-memory", "np.save/np.load"]["device_read_bytes"] > 0
+    assert "tiered-reverse" in capsys.readouterr().out
