@@ -132,7 +132,7 @@ def _compute_only(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
     return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image}
 
 
-def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, np.ndarray], None],
+def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, np.ndarray], object],
                 load: Callable[[int], np.ndarray], timer: Timer,
                 between: Callable[[], None] = lambda: None) -> dict[str, Any]:
     t0 = time.perf_counter()

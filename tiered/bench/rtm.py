@@ -190,7 +190,7 @@ def backward_pass(cfg: RTMConfig, data: np.ndarray,
     return receiver.image
 
 
-def forward_pass(cfg: RTMConfig, store: Callable[[int, np.ndarray], None]) -> None:
+def forward_pass(cfg: RTMConfig, store: Callable[[int, np.ndarray], object]) -> None:
     """Propagate the source wavefield and hand every snapshot to ``store(n, u)``."""
     _, smooth = velocities(cfg)
     for n, u in enumerate(propagate(cfg, Wave(cfg, smooth))):
