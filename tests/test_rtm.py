@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tiered
 from tiered.bench import rtm
@@ -12,16 +14,25 @@ from tiered.bench import rtm
 CFG = rtm.RTMConfig(nz=80, nx=80, nt=220, sponge=10)
 
 
-def test_small_rtm_image_is_bit_identical(tmp_path: Path) -> None:
-    data = rtm.record(CFG)
+@pytest.mark.parametrize("substeps", [1, 3])
+def test_small_rtm_image_is_bit_identical(tmp_path: Path, substeps: int) -> None:
+    cfg = dataclasses.replace(CFG, substeps=substeps, nt=CFG.nt // substeps)
+    data = rtm.record(cfg)
     assert np.abs(data).max() > 0  # the reflection reached the receivers
-    want = rtm.in_memory_image(CFG, data)
-    host = CFG.nt // 8 * (CFG.snapshot_bytes + 4096)  # an eighth of the history fits
+    want = rtm.in_memory_image(cfg, data)
+    host = cfg.nt // 8 * (cfg.snapshot_bytes + 4096)  # an eighth of the history fits
     with tiered.Cache([tiered.HostTier(host), tiered.DirectoryTier(tmp_path / "bb"),
                        tiered.HDF5Tier(tmp_path / "pfs")], eviction="score",
                       prefetch="reverse") as cache:
-        got = rtm.tiered_image(CFG, data, cache)
+        got = rtm.tiered_image(cfg, data, cache)
         stats = cache.stats()
     assert got.dtype == np.float32 and np.array_equal(got, want)
-    assert stats.revisits == CFG.nt and stats.stores == CFG.nt
+    assert stats.revisits == cfg.nt and stats.stores == cfg.nt
     assert len(cache) == 0  # every snapshot was consumed and discarded
+
+
+def test_bad_sizes_are_refused() -> None:
+    with pytest.raises(ValueError, match="substeps must be at least 1"):
+        rtm.RTMConfig(substeps=0)
+    with pytest.raises(ValueError, match="too small for sponge"):
+        rtm.RTMConfig(nz=30, nx=30)

@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
             b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256])
     adj = kinds.choices["adjoint"]
     adj.add_argument("--n", type=_positive, default=512, help="grid is n x n (float32)")
-    adj.add_argument("--nt", type=_positive, default=400, help="time steps (snapshots)")
+    adj.add_argument("--nt", type=_positive, default=400, help="snapshots in the history")
+    adj.add_argument("--substeps", type=_positive, default=1,
+                     help="wave steps per snapshot (more compute per byte of history)")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
@@ -106,7 +108,7 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
     from tiered.bench import adjoint, rtm
 
     cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12) if args.quick else
-           rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt))
+           rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps))
     rows = adjoint.run(cfg, workdir=workdir)
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "peak_rss_bytes",

@@ -226,7 +226,8 @@ def _pyrevolve(b: AdjointBench, data: np.ndarray, disk: bool) -> dict[str, Any]:
     import pyrevolve
 
     src, receiver = rtm.Source(b.cfg), rtm.Receiver(b.cfg, data)
-    live = dict(zip(("prev", "cur", "nxt"), (*src.initial(), np.zeros(src.shape, np.float32)),
+    live = dict(zip(("prev", "cur", "nxt", "start"),
+                    (*src.initial(), *(np.zeros(src.shape, np.float32) for _ in range(2))),
                     strict=True))
     steps = [0]
 
@@ -242,13 +243,16 @@ def _pyrevolve(b: AdjointBench, data: np.ndarray, disk: bool) -> dict[str, Any]:
     class Fwd(pyrevolve.Operator):
         def apply(self, t_start: int, t_end: int) -> None:
             for n in range(t_start, t_end):
-                src.advance_into(live["prev"], live["cur"], live["nxt"], n)
-                live["prev"], live["cur"], live["nxt"] = live["cur"], live["nxt"], live["prev"]
+                np.copyto(live["start"], live["cur"])  # the snapshot the adjoint step needs
+                for t in range(n * b.cfg.substeps, (n + 1) * b.cfg.substeps):
+                    src.advance_into(live["prev"], live["cur"], live["nxt"], t)
+                    live["prev"], live["cur"], live["nxt"] = (live["cur"], live["nxt"],
+                                                              live["prev"])
                 steps[0] += 1
 
     class Rev(pyrevolve.Operator):
         def apply(self, t_start: int, t_end: int) -> None:
-            receiver.step(t_start, live["prev"])  # the forward just stepped past t_start
+            receiver.step(t_start, live["start"])  # the forward just stepped past t_start
 
     in_ram, on_disk = _snapshots(b)
     if disk:

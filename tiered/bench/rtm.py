@@ -41,6 +41,14 @@ class RTMConfig:
     v_top: float = 1500.0  # m/s
     v_bottom: float = 2500.0
     sponge: int = 20  # cells of absorbing layer
+    substeps: int = 1  # wave steps per snapshot (the image is built every substeps-th step)
+
+    def __post_init__(self) -> None:
+        for name in ("nz", "nx", "nt", "substeps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if min(self.nz, self.nx) <= 2 * self.sponge + 4:
+            raise ValueError(f"a {self.nz}x{self.nx} grid is too small for sponge={self.sponge}")
 
     @property
     def reflector(self) -> int:
@@ -95,7 +103,7 @@ def velocities(cfg: RTMConfig) -> tuple[np.ndarray, np.ndarray]:
 
 def ricker(cfg: RTMConfig) -> np.ndarray:
     """Return the source wavelet, one value per time step."""
-    t = np.arange(cfg.nt) * cfg.dt - 1.0 / cfg.f0
+    t = np.arange(cfg.nt * cfg.substeps) * cfg.dt - 1.0 / cfg.f0
     a = (np.pi * cfg.f0 * t) ** 2
     return ((1 - 2 * a) * np.exp(-a)).astype(np.float32)
 
@@ -106,15 +114,22 @@ def _positions(cfg: RTMConfig) -> tuple[tuple[int, int], np.ndarray]:
     return source, receivers
 
 
-def propagate(cfg: RTMConfig, wave: Wave) -> Iterator[np.ndarray]:
-    """Yield the source wavefield ``u[n]`` for n = 0 .. nt-1 (the yielded array is reused)."""
+def _wave_steps(cfg: RTMConfig, wave: Wave) -> Iterator[np.ndarray]:
+    """Yield the source wavefield at every wave step (the yielded array is reused)."""
     src = Source(cfg)
     src.wave = wave
     prev, cur, nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32) for _ in range(3))
-    for n in range(cfg.nt):
+    for t in range(cfg.nt * cfg.substeps):
         yield cur
-        src.advance_into(prev, cur, nxt, n)
+        src.advance_into(prev, cur, nxt, t)
         prev, cur, nxt = cur, nxt, prev
+
+
+def propagate(cfg: RTMConfig, wave: Wave) -> Iterator[np.ndarray]:
+    """Yield the snapshots ``u[n * substeps]`` for n = 0 .. nt-1 (the array is reused)."""
+    for t, u in enumerate(_wave_steps(cfg, wave)):
+        if t % cfg.substeps == 0:
+            yield u
 
 
 def record(cfg: RTMConfig) -> np.ndarray:
@@ -122,8 +137,8 @@ def record(cfg: RTMConfig) -> np.ndarray:
     true, smooth = velocities(cfg)
     _, rec = _positions(cfg)
     depth = cfg.sponge + 2
-    full = np.stack([u[depth, rec].copy() for u in propagate(cfg, Wave(cfg, true))])
-    direct = np.stack([u[depth, rec].copy() for u in propagate(cfg, Wave(cfg, smooth))])
+    full = np.stack([u[depth, rec].copy() for u in _wave_steps(cfg, Wave(cfg, true))])
+    direct = np.stack([u[depth, rec].copy() for u in _wave_steps(cfg, Wave(cfg, smooth))])
     return full - direct
 
 
@@ -136,16 +151,20 @@ class Receiver:
         self.data = data
         _, self.rec = _positions(cfg)
         self.depth = cfg.sponge + 2
+        self.substeps = cfg.substeps
         self.image = np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
         self.prev, self.cur, self.nxt = (np.zeros((cfg.nz, cfg.nx), dtype=np.float32)
                                          for _ in range(3))
 
     def step(self, n: int, source: np.ndarray) -> None:
-        """Adjoint step ``n``: inject data, correlate with ``source`` = u_s(n), propagate."""
-        self.cur[self.depth, self.rec] += self.data[n]
-        self.image += source * self.cur
-        self.wave.step(self.prev, self.cur, self.nxt)
-        self.prev, self.cur, self.nxt = self.cur, self.nxt, self.prev
+        """Adjoint over snapshot ``n``: inject data, correlate with ``source``, propagate."""
+        first = n * self.substeps
+        for t in reversed(range(first, first + self.substeps)):
+            self.cur[self.depth, self.rec] += self.data[t]
+            if t == first:
+                self.image += source * self.cur
+            self.wave.step(self.prev, self.cur, self.nxt)
+            self.prev, self.cur, self.nxt = self.cur, self.nxt, self.prev
 
 
 class Source:
@@ -160,21 +179,25 @@ class Source:
         self.wavelet = ricker(cfg)
         self.at, _ = _positions(cfg)
         self.shape = (cfg.nz, cfg.nx)
+        self.substeps = cfg.substeps
 
     def initial(self) -> State:
         """Return the state at step 0 (everything at rest)."""
         return np.zeros(self.shape, np.float32), np.zeros(self.shape, np.float32)
 
-    def advance_into(self, prev: np.ndarray, cur: np.ndarray, out: np.ndarray, n: int) -> None:
-        """Write ``u[n+1]`` into ``out``."""
+    def advance_into(self, prev: np.ndarray, cur: np.ndarray, out: np.ndarray, t: int) -> None:
+        """Write the wavefield of wave step ``t + 1`` into ``out``."""
         self.wave.step(prev, cur, out)
-        out[self.at] += self.wavelet[n]
+        out[self.at] += self.wavelet[t]
 
     def advance(self, state: State, n: int) -> State:
-        """Return the state at step ``n + 1`` (fresh arrays)."""
-        out = np.empty(self.shape, np.float32)
-        self.advance_into(state[0], state[1], out, n)
-        return state[1], out
+        """Return the state at snapshot ``n + 1`` (fresh arrays)."""
+        prev, cur = state
+        for t in range(n * self.substeps, (n + 1) * self.substeps):
+            out = np.empty(self.shape, np.float32)
+            self.advance_into(prev, cur, out, t)
+            prev, cur = cur, out
+        return prev, cur
 
 
 def backward_pass(cfg: RTMConfig, data: np.ndarray,
