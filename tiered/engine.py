@@ -55,6 +55,10 @@ class _Sizes(Mapping[Key, int]):
     def __getitem__(self, key: Key) -> int:
         return self._index[key].meta.nbytes
 
+    def get(self, key: Key, default: Any = None) -> Any:
+        entry = self._index.get(key)  # the forecast's hot path: no KeyError round trip
+        return default if entry is None else entry.meta.nbytes
+
     def __iter__(self) -> Iterator[Key]:
         return iter(self._index)
 
@@ -80,11 +84,11 @@ class EngineCore:
         self._predictor = make_predictor(prefetch)
         self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
         self._signals = 0  # predictor events so far: the forecast is memoised on it
-        self._forecast: tuple[int, dict[Key, int]] = (-1, {})
+        self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
         self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
         # the eviction forecast looks this far ahead: anything later than what all memory
-        # tiers hold twice over is "far" alike (ties then go by recency)
-        self._horizon = 2 * sum(t.capacity_bytes or 0 for t in tiers
+        # tiers hold is "far" alike (ties then go by recency)
+        self._horizon = sum(t.capacity_bytes or 0 for t in tiers
                                 if isinstance(t, MemoryTier))
         self._demand_reads = 0  # revisits reading from a persistent tier right now
         self._store_waiters = 0  # stores waiting for room right now
@@ -137,12 +141,17 @@ class EngineCore:
         return self._predictor.predict(ctx=PredictContext(sizes=self._sizes(),
                                                           budget_bytes=budget, now=self._clock))
 
+    def _forecast_keys(self) -> list[Key]:
+        """Return the coming revisits within the horizon, soonest first (memoised)."""
+        if self._forecast[0] != self._signals:
+            keys = self._predict(self._horizon)
+            self._forecast = (self._signals, keys, {k: i for i, k in enumerate(keys)})
+        return self._forecast[1]
+
     def _next_use(self) -> dict[Key, int]:
         """Forecast position of every key expected again (memoised until the next event)."""
-        if self._forecast[0] != self._signals:
-            self._forecast = (self._signals,
-                              {k: i for i, k in enumerate(self._predict(self._horizon))})
-        return self._forecast[1]
+        self._forecast_keys()
+        return self._forecast[2]
 
     def _durable(self, entry: Entry, tier: int) -> bool:
         return any(i > tier and isinstance(self._tiers[i], PersistentTier)

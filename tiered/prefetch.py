@@ -59,8 +59,12 @@ class PrefetchEngine(EngineCore):
         if self._closed:
             return None
         budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
-        for rank, key in enumerate(self._predict(budget)):
+        total = 0
+        for rank, key in enumerate(self._forecast_keys()):  # shared with eviction
             entry = self._index[key]
+            total += entry.meta.nbytes
+            if total > budget:
+                return None  # beyond what the memory tiers can hold
             tried = entry.prefetch
             if entry.gone or entry.in_memory(self._memory) or (tried is not None and (
                     not tried.done() or tried.exception() is not None)):
