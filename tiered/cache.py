@@ -41,7 +41,7 @@ class Cache(PrefetchEngine):
         ``"markov"``, ``"recent"`` (rollback), ``"auto"`` (reverse, stride and markov), each
         after the explicit :meth:`hint` order; ``"hinted"`` or ``None`` for hints only; or a
         :class:`~tiered.policies.Predictor`.
-    on_full, full_timeout_s, promote
+    on_full, full_timeout_s, promote, prefetch_depth
         See :class:`~tiered.config.CacheConfig`.
     comm : None
         Reserved for MPI communicators (collective commits).
@@ -56,10 +56,12 @@ class Cache(PrefetchEngine):
 
     def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
                  prefetch: PredictorSpec = None, on_full: OnFull = "block",
-                 full_timeout_s: float = 120.0, promote: bool = True, comm: Any = None) -> None:
+                 full_timeout_s: float = 120.0, promote: bool = True, prefetch_depth: int = 16,
+                 comm: Any = None) -> None:
         if comm is not None:
             raise ValueError("comm: collective MPI commits are not available in this version")
-        config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote)
+        config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote,
+                             prefetch_depth=prefetch_depth)
         super().__init__(tiers, eviction, prefetch, config)
         with self._cond:
             self.recovery: list[str] = self._recover()
@@ -248,6 +250,7 @@ class Cache(PrefetchEngine):
             self._hit(entry, copy.tier)
             if copy.prefetched and not copy.used:
                 self._stats.prefetch_hits += 1
+                self._ahead -= 1
             copy.used = True
         return leaves
 
@@ -318,7 +321,7 @@ class Cache(PrefetchEngine):
         named = tuple(canonical_key(k) for k in keys)
         with self._cond:
             self._signal("rollback" if rollback else "hint", None, hints=named)
-            self._kick()
+            self._kick(force=True)
 
     # ----------------------------------------------------------------- the rest
     def discard(self, key: Key) -> None:

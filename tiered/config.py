@@ -22,14 +22,22 @@ class CacheConfig:
         Longest wait for room, in seconds (stores and background transfers alike).
     promote : bool
         Copy an entry read from a persistent tier into the fastest memory tier with room.
+    prefetch_depth : int
+        Most prefetched, not yet revisited copies to hold ahead of the reader. The pump
+        refills once the lead falls to half of it, so it recomputes its forecast about once
+        per ``prefetch_depth / 2`` revisits instead of on every one.
     """
 
     on_full: OnFull = "block"
     full_timeout_s: float = 120.0
     promote: bool = True
+    prefetch_depth: int = 16
 
     def __post_init__(self) -> None:
         if self.on_full not in ("block", "spill"):
             raise ValueError(f"on_full={self.on_full!r}: use 'block' or 'spill'")
+        if not isinstance(self.prefetch_depth, int) or self.prefetch_depth < 1:
+            raise ValueError(f"prefetch_depth must be a positive integer, got "
+                             f"{self.prefetch_depth!r}")
         if not self.full_timeout_s > 0:
             raise ValueError(f"full_timeout_s must be > 0 seconds, got {self.full_timeout_s}")

@@ -92,6 +92,7 @@ class EngineCore:
                                 if isinstance(t, MemoryTier))
         self._demand_reads = 0  # revisits reading from a persistent tier right now
         self._store_waiters = 0  # stores waiting for room right now
+        self._ahead = 0  # prefetched copies not yet revisited
         self._cond = threading.Condition()
         self._index: dict[Key, Entry] = {}
         self._errors: list[BaseException] = []
@@ -171,6 +172,7 @@ class EngineCore:
             del self._resident[tier][entry.key]
         if copy.prefetched and not copy.used:
             self._stats.wasted_prefetches += 1
+            self._ahead -= 1
         self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
         self._tstats(tier).entries -= 1
         if copy.extent is not None:
@@ -332,7 +334,7 @@ class EngineCore:
             raise
         self._finish_drain(entry, src, new)
 
-    def _kick(self) -> None:
+    def _kick(self, *, force: bool = False) -> None:
         """Room or the forecast changed (under the lock); the prefetch engine looks again."""
 
     def _finish_drain(self, entry: Entry, src: Copy, new: Copy) -> None:

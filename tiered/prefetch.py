@@ -30,9 +30,15 @@ class PrefetchEngine(EngineCore):
     _pump_running = False
     _pump_again = False
 
-    def _kick(self) -> None:
-        """Start the pump, or tell the running one to look again (under the lock)."""
+    def _kick(self, *, force: bool = False) -> None:
+        """Start the pump, or tell the running one to look again (under the lock).
+
+        Unless ``force`` (new hints), nothing happens while the lead of prefetched copies is
+        above half the prefetch depth.
+        """
         if self._closed or not self._memory:
+            return
+        if not force and self._ahead > self._config.prefetch_depth // 2:
             return
         if self._pump_running:
             self._pump_again = True
@@ -56,7 +62,7 @@ class PrefetchEngine(EngineCore):
         """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
         while (self._demand_reads or self._store_waiters) and not self._closed:
             self._cond.wait(_YIELD_S)
-        if self._closed:
+        if self._closed or self._ahead >= self._config.prefetch_depth:
             return None
         budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
         total = 0
@@ -115,6 +121,7 @@ class PrefetchEngine(EngineCore):
             self._free_landing(landing)
         else:
             self._add_copy(entry, landing)
+            self._ahead += landing.prefetched
             self._tstats(landing.tier).bytes_in += entry.meta.nbytes
             self._cond.notify_all()
 
