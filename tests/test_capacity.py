@@ -113,3 +113,35 @@ def test_mutation_after_store_never_changes_what_was_stored(tmp_path):
         np.testing.assert_array_equal(got["u"], np.full(1000, step, float))
         np.testing.assert_array_equal(got["nested"][0], np.full(500, step, float))
     cache.close()
+
+
+def test_discarded_files_are_deleted_in_the_background(tmp_path):
+    disk = tmp_path / "bb"
+    with tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(disk)]) as cache:
+        for i in range(3):
+            cache.store(i, _value(i))
+        cache.flush()
+        assert len(list(disk.glob("*.tdat"))) == 3
+        cache.discard(1)
+        assert 1 not in cache  # gone from the index at once
+        cache.flush()  # waits for the unlink
+        names = sorted(p.name for p in disk.glob("*.tdat"))
+        assert len(names) == 2 and not any(n.startswith("1~") for n in names)
+        np.testing.assert_array_equal(cache.revisit(2), _value(2))
+    with tiered.Cache([tiered.DirectoryTier(disk)]) as again:  # restart: 1 stays discarded
+        assert again.keys() == [0, 2]
+
+
+def test_a_failed_background_deletion_is_reported(tmp_path):
+    disk = tmp_path / "bb"
+    cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(disk)])
+    cache.store("a", _value(1))
+    cache.flush()
+    (path,) = disk.glob("*.tdat")
+    path.unlink()
+    path.mkdir()  # a real fault: unlink() of that name now fails with IsADirectoryError
+    (path / "x").write_bytes(b"")
+    cache.discard("a")
+    with pytest.raises(tiered.BackgroundError, match="Is a directory"):
+        cache.flush()
+    cache.close()

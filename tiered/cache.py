@@ -325,7 +325,11 @@ class Cache(PrefetchEngine):
 
     # ----------------------------------------------------------------- the rest
     def discard(self, key: Key) -> None:
-        """Forget ``key`` in every tier, freeing its space now (files are deleted)."""
+        """Forget ``key`` in every tier.
+
+        Its memory is free at once; its files are deleted in the background (:meth:`flush`
+        and :meth:`close` wait for that).
+        """
         self._check_open()
         key = canonical_key(key)
         with self._cond:
@@ -338,6 +342,8 @@ class Cache(PrefetchEngine):
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every entry is durable in its home (deepest) tier.
+
+        Also waits for the files of discarded entries to be deleted.
 
         Raises
         ------
@@ -359,6 +365,8 @@ class Cache(PrefetchEngine):
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"flush: {len(futures)} transfers still running")
                 concurrent.futures.wait(futures, timeout=remaining)
+            if not futures and not self._settle_deletes(deadline):
+                raise TimeoutError("flush: deletions of discarded files still running")
             self._raise_errors()  # after this round settled, so one flush reports once
             if not futures:
                 return
@@ -376,6 +384,7 @@ class Cache(PrefetchEngine):
                 self._cond.notify_all()
             for lane in [self._prefetch_lane, *self._lanes.values()]:
                 lane.shutdown(cancel=True)
+            self._deleter.shutdown(cancel=False)  # what was discarded stays discarded
             for tier in self._tiers:
                 tier.close()
 

@@ -9,6 +9,9 @@ level (a quarter of the snapshot history), in two regimes:
   (``posix_fadvise(POSIX_FADV_DONTNEED)``) right away, for every configuration alike, so
   reads come from the device as they would from a parallel file system holding more than
   memory. ``device_read_bytes`` (from ``/proc/self/io``) shows it did.
+
+Each row starts after an ``os.sync()``, so that none is throttled by the dirty pages of the
+row before it.
 """
 
 from __future__ import annotations
@@ -308,6 +311,7 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
 def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path) -> dict[str, Any]:
     workdir = root / f"{regime}-{name.replace('/', '_')}"
     workdir.mkdir()
+    os.sync()  # no row starts throttled by dirty pages the one before left behind
     spec = json.dumps({"name": name, "regime": regime, "root": str(workdir),
                        "cfg": dataclasses.asdict(cfg)})
     done = subprocess.run([sys.executable, "-m", "tiered.bench.adjoint", spec],
