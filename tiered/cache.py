@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tiered.config import CacheConfig, OnFull
+from tiered.config import CacheConfig, OnFull, WriteBack
 from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
@@ -41,7 +41,7 @@ class Cache(PrefetchEngine):
         ``"markov"``, ``"recent"`` (rollback), ``"auto"`` (reverse, stride and markov), each
         after the explicit :meth:`hint` order; ``"hinted"`` or ``None`` for hints only; or a
         :class:`~tiered.policies.Predictor`.
-    on_full, full_timeout_s, promote, prefetch_depth
+    on_full, full_timeout_s, promote, prefetch_depth, write_back
         See :class:`~tiered.config.CacheConfig`.
     comm : None
         Reserved for MPI communicators (collective commits).
@@ -57,11 +57,11 @@ class Cache(PrefetchEngine):
     def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
                  prefetch: PredictorSpec = None, on_full: OnFull = "block",
                  full_timeout_s: float = 120.0, promote: bool = True, prefetch_depth: int = 16,
-                 comm: Any = None) -> None:
+                 write_back: WriteBack = "eager", comm: Any = None) -> None:
         if comm is not None:
             raise ValueError("comm: collective MPI commits are not available in this version")
         config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote,
-                             prefetch_depth=prefetch_depth)
+                             prefetch_depth=prefetch_depth, write_back=write_back)
         super().__init__(tiers, eviction, prefetch, config)
         with self._cond:
             self.recovery: list[str] = self._recover()
@@ -102,7 +102,7 @@ class Cache(PrefetchEngine):
         self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
         with self._cond:
             self._signal("store", key, nbytes=meta.nbytes)
-            self._kick()
+            self._storing = True  # the pump idles through a run of stores (captures first)
 
     def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any]:
         """Choose the tier a new value lands in and reserve room there (under the lock)."""
@@ -152,7 +152,7 @@ class Cache(PrefetchEngine):
                 self._stats.bytes_stored += entry.meta.nbytes
                 self._tstats(copy.tier).bytes_in += entry.meta.nbytes
                 if entry.dirty:
-                    self._schedule_drain(entry)
+                    self._dirtied(entry)
                 else:
                     doomed, entry.superseded = entry.superseded, []
             self._cond.notify_all()
@@ -198,6 +198,7 @@ class Cache(PrefetchEngine):
             from_disk = not isinstance(self._tiers[copy.tier], MemoryTier)
             self._demand_reads += from_disk
             self._signal("revisit", key, nbytes=entry.meta.nbytes)
+            self._storing = False
             self._kick()
         try:
             if not from_disk:
@@ -321,6 +322,7 @@ class Cache(PrefetchEngine):
         named = tuple(canonical_key(k) for k in keys)
         with self._cond:
             self._signal("rollback" if rollback else "hint", None, hints=named)
+            self._storing = False
             self._kick(force=True)
 
     # ----------------------------------------------------------------- the rest

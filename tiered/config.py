@@ -6,6 +6,7 @@ import dataclasses
 from typing import Literal
 
 OnFull = Literal["block", "spill"]
+WriteBack = Literal["eager", "lazy"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,16 +27,26 @@ class CacheConfig:
         Most prefetched, not yet revisited copies to hold ahead of the reader. The pump
         refills once the lead falls to half of it, so it recomputes its forecast about once
         per ``prefetch_depth / 2`` revisits instead of on every one.
+    write_back : {"eager", "lazy"}
+        ``"eager"`` (default) drains every store to its home tier at once: checkpoints
+        become durable as soon as the disk allows. ``"lazy"`` drains a store only when its
+        memory tier needs the room (the oldest go first, once waiting stores fill three
+        quarters of the tier) and at :meth:`~tiered.Cache.flush`/``close``: for histories
+        that are scratch, such as an adjoint's forward states, whose newest part is
+        revisited from memory and never needs writing. A crash loses what has not drained.
     """
 
     on_full: OnFull = "block"
     full_timeout_s: float = 120.0
     promote: bool = True
     prefetch_depth: int = 16
+    write_back: WriteBack = "eager"
 
     def __post_init__(self) -> None:
         if self.on_full not in ("block", "spill"):
             raise ValueError(f"on_full={self.on_full!r}: use 'block' or 'spill'")
+        if self.write_back not in ("eager", "lazy"):
+            raise ValueError(f"write_back={self.write_back!r}: use 'eager' or 'lazy'")
         if not isinstance(self.prefetch_depth, int) or self.prefetch_depth < 1:
             raise ValueError(f"prefetch_depth must be a positive integer, got "
                              f"{self.prefetch_depth!r}")

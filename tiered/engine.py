@@ -35,6 +35,7 @@ from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
 from tiered.values import ValueMeta
+from tiered.writeback import Pending
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class EngineCore:
         self._prefetch_lane = Lane("prefetch")
         self._deleter = Lane("delete")  # discarded files go in the background
         self._deleting = 0  # deletions queued or running
+        self._pending = Pending(len(tiers))  # lazy write-back: stores not yet draining
 
     # ----------------------------------------------------------------- small helpers
     def _tick(self) -> float:
@@ -291,6 +293,7 @@ class EngineCore:
                 continue
             if not wait:
                 return None
+            self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
                 raise TierFullError(
@@ -334,7 +337,25 @@ class EngineCore:
         return doomed
 
     # ----------------------------------------------------------------- drains
+    def _dirtied(self, entry: Entry) -> None:
+        """Drain a freshly stored dirty ``entry`` now, or (lazy) once its tier needs room."""
+        tier = min(entry.copies)
+        if self._config.write_back == "eager" or not isinstance(self._tiers[tier],
+                                                                MemoryTier):
+            self._schedule_drain(entry)
+            return
+        self._pending.add(entry, tier)
+        self._drain_due(tier)
+
+    def _drain_due(self, tier: int, need: int = 0) -> None:
+        """Start the lazy drains tier ``tier`` needs (``need``: bytes wanted right now)."""
+        capacity = self._tiers[tier].capacity_bytes
+        if capacity is not None and len(self._pending):
+            for entry in self._pending.due(tier, capacity, need):
+                self._schedule_drain(entry)
+
     def _schedule_drain(self, entry: Entry) -> None:
+        self._pending.discard(entry)
         if entry.gone or not entry.dirty or entry.drain is not None or self._closed:
             return
         deepest = max(entry.copies)
@@ -442,6 +463,7 @@ class EngineCore:
         """Mark ``old`` gone; free unpinned copies. Returns records to delete now."""
         old.gone = True
         old.delete_files = delete_files
+        self._pending.discard(old)
         doomed: list[tuple[int, Record]] = []
         for tier, copy in list(old.copies.items()):
             if copy.pins == 0:

@@ -23,6 +23,7 @@ class Copy:
     pins: int = 0
     prefetched: bool = False  # brought up ahead of a revisit
     used: bool = False  # a revisit was served from this copy
+    advised: bool = False  # the kernel was asked to read it ahead (persistent copies)
 
 
 @dataclasses.dataclass

@@ -3,9 +3,11 @@
 One pump runs on the prefetch lane whenever the forecast or the room changes. Each round it
 asks the predictor for the coming revisits (as many bytes as the memory tiers hold) and
 brings up the first one that is only on a persistent tier, into the fastest memory tier
-with room, evicting only clean copies forecast to be needed *later* than the one it brings.
-It stands aside while a revisit reads from disk (demand first) and while a ``store`` waits
-for room (captures first), and it never touches dirty data.
+with room, evicting only clean copies forecast to be needed *later* than the one it brings,
+and asks the kernel to read the next few such objects ahead (``POSIX_FADV_WILLNEED``), so
+that the device has several reads in flight while the pump reads one at a time.
+It stands aside while a revisit reads from disk (demand first), while a ``store`` waits
+for room and through a run of stores (captures first), and it never touches dirty data.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from typing import Any
 from tiered.engine import EngineCore
 from tiered.index import Copy, Entry
 from tiered.movers import read_persistent
-from tiered.tiers.base import MemoryTier, PersistentTier
+from tiered.tiers.base import MemoryTier, PersistentTier, Record
 
 log = logging.getLogger(__name__)
 
 _YIELD_S = 0.05  # how long the pump waits for a demand read or a blocked store per check
+READAHEAD = 4  # forecast objects after the one being fetched that the kernel reads ahead
+
+Job = tuple[Entry, Copy, int, Any, "Future[None]", list[tuple[PersistentTier, Record]]]
 
 
 class PrefetchEngine(EngineCore):
@@ -29,16 +34,18 @@ class PrefetchEngine(EngineCore):
 
     _pump_running = False
     _pump_again = False
+    _storing = False  # no revisit or hint since the last store
 
     def _kick(self, *, force: bool = False) -> None:
         """Start the pump, or tell the running one to look again (under the lock).
 
-        Unless ``force`` (new hints), nothing happens while the lead of prefetched copies is
-        above half the prefetch depth.
+        Unless ``force`` (new hints), nothing happens during a run of stores (nothing is
+        being read, and the forecast would be recomputed per store for nothing) nor while
+        the lead of prefetched copies is above half the prefetch depth.
         """
         if self._closed or not self._memory:
             return
-        if not force and self._ahead > self._config.prefetch_depth // 2:
+        if not force and (self._storing or self._ahead > self._config.prefetch_depth // 2):
             return
         if self._pump_running:
             self._pump_again = True
@@ -58,7 +65,7 @@ class PrefetchEngine(EngineCore):
                     return
             self._fetch(*job)
 
-    def _next_job(self) -> tuple[Entry, Copy, int, Any, Future[None]] | None:
+    def _next_job(self) -> Job | None:
         """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
         while (self._demand_reads or self._store_waiters) and not self._closed:
             self._cond.wait(_YIELD_S)
@@ -82,16 +89,34 @@ class PrefetchEngine(EngineCore):
                     src.pins += 1
                     future: Future[None] = Future()
                     entry.prefetch = future
-                    return entry, src, tier, extent, future
+                    return entry, src, tier, extent, future, self._read_ahead(rank + 1)
             return None  # later keys are needed later still: they may not push out more
         return None
 
+    def _read_ahead(self, start: int) -> list[tuple[PersistentTier, Record]]:
+        """Return persistent copies of the next forecast keys not yet advised (locked)."""
+        out: list[tuple[PersistentTier, Record]] = []
+        for key in self._forecast_keys()[start:start + 2 * READAHEAD]:
+            entry = self._index[key]
+            if entry.gone or entry.in_memory(self._memory):
+                continue
+            copy = entry.fastest()
+            tier = self._tiers[copy.tier]
+            if not copy.advised and isinstance(tier, PersistentTier) and copy.record:
+                copy.advised = True
+                out.append((tier, copy.record))
+            if len(out) == READAHEAD:
+                break
+        return out
+
     def _fetch(self, entry: Entry, src: Copy, tier: int, extent: Any,
-               future: Future[None]) -> None:
+               future: Future[None], ahead: list[tuple[PersistentTier, Record]]) -> None:
         """Read one entry into its reserved extent (no lock held) and land it."""
         t = self._tiers[tier]
         assert isinstance(t, MemoryTier)
         error: Exception | None = None
+        for source_tier, record in ahead:  # the kernel reads these while we read this one
+            source_tier.advise(record)
         try:
             source = self._tiers[src.tier]
             assert isinstance(source, PersistentTier) and src.record is not None

@@ -165,10 +165,10 @@ def _tiered_cache(b: AdjointBench, **kw: Any) -> Any:
 
     return tiered.Cache([tiered.HostTier(b.budget_bytes),
                          # a history is scratch: fsync only where pages must be dropped,
-                         # as the np.save row does
+                         # as the np.save row does, and write only what leaves memory
                          tiered.DirectoryTier(b.workdir / "bb", drop_pages=b.cold,
                                               sync=b.cold)],
-                        eviction="score", **kw)
+                        eviction="score", write_back="lazy", **kw)
 
 
 def _tiered_reverse(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:

@@ -271,6 +271,23 @@ class PersistentTier(Tier):
                     f"{self.name}: key {record.key!r} failed its checksum at leaf "
                     f"{leaf.path or '<root>'} in {record.path}", key=record.key, tier=self.name)
 
+    def advise(self, record: Record) -> None:
+        """Ask the kernel to start reading ``record``'s file now (``POSIX_FADV_WILLNEED``).
+
+        Advisory: the read-ahead runs in the kernel, so several objects are in flight while
+        one thread reads them in order; errors are ignored (the read reports them).
+        """
+        try:
+            fd = os.open(record.path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def delete(self, record: Record) -> None:
         """Remove an object (missing files are fine: deleting is idempotent)."""
         try:

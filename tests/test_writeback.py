@@ -1,0 +1,81 @@
+"""Lazy write-back: stores drain only when memory needs the room, and at flush/close."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from tiered.adapters.adjoint import Checkpointer
+
+import tiered
+
+MiB = 1 << 20
+
+
+def _value(i: int) -> np.ndarray:
+    return np.full(MiB // 8, i, dtype=np.float64)  # 1 MiB
+
+
+def _files(path) -> int:
+    return len(list(path.glob("*.tdat")))
+
+
+def test_lazy_stores_that_fit_stay_in_memory_until_flush(tmp_path):
+    disk = tmp_path / "bb"
+    cache = tiered.Cache([tiered.HostTier(8 * MiB), tiered.DirectoryTier(disk)],
+                         write_back="lazy")
+    for i in range(5):  # 5 MiB: under three quarters of the host tier
+        cache.store(i, _value(i))
+    assert _files(disk) == 0
+    assert cache.locate(3) == ["host"]
+    np.testing.assert_array_equal(cache.revisit(3), _value(3))
+    cache.flush()
+    assert _files(disk) == 5
+    cache.close()
+    with tiered.Cache([tiered.DirectoryTier(disk)]) as again:  # restart sees every one
+        assert again.keys() == list(range(5))
+        np.testing.assert_array_equal(again.revisit(4), _value(4))
+
+
+def test_lazy_under_pressure_drains_oldest_and_loses_nothing(tmp_path):
+    disk = tmp_path / "bb"
+    with tiered.Cache([tiered.HostTier(8 * MiB), tiered.DirectoryTier(disk)],
+                      write_back="lazy", eviction="fifo") as cache:
+        for i in range(40):
+            cache.store(i, _value(i))
+        written = cache.stats().tiers["directory"].bytes_in
+        assert written < 40 * MiB  # the newest still wait in memory
+        assert cache.locate(0) == ["directory"]  # the oldest drained and were evicted
+        assert "directory" not in cache.locate(39)
+        for i in range(40):
+            np.testing.assert_array_equal(cache.revisit(i), _value(i))
+
+
+def test_lazy_history_revisited_from_memory_never_reaches_disk(tmp_path):
+    disk = tmp_path / "bb"
+    with tiered.Cache([tiered.HostTier(8 * MiB), tiered.DirectoryTier(disk)],
+                      write_back="lazy", eviction="score", prefetch="reverse") as cache:
+        ckpt = Checkpointer(cache)
+        for step in range(20):
+            ckpt.store(step, _value(step))
+        for step in reversed(range(20)):
+            np.testing.assert_array_equal(ckpt.revisit(step), _value(step))
+        cache.flush()
+        written = cache.stats().tiers["directory"].bytes_in
+    # at most what had to leave the 8 MiB host tier, not all 20 MiB
+    assert 0 < written <= 20 * MiB - 6 * MiB
+    assert _files(disk) == 0  # and every state was discarded as it was consumed
+
+
+def test_lazy_store_bigger_than_headroom_forces_the_drains_it_needs(tmp_path):
+    with tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path / "bb")],
+                      write_back="lazy", full_timeout_s=30) as cache:
+        cache.store("small", _value(1))
+        cache.store("a", np.zeros(3 * MiB // 8))  # 3 MiB: the 1 MiB must drain first
+        cache.store("b", np.ones(3 * MiB // 8))
+        np.testing.assert_array_equal(cache.revisit("small"), _value(1))
+        assert float(cache.revisit("a").sum()) == 0.0
+
+
+def test_write_back_is_validated(tmp_path):
+    with pytest.raises(ValueError, match="write_back"):
+        tiered.Cache([tiered.HostTier(MiB)], write_back="later")
