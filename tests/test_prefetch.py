@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import mmap
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -193,3 +197,39 @@ def test_same_policy_classes_inline_and_threaded(tmp_path: Path) -> None:
     stats = cache.stats()
     cache.close()
     assert stats.prefetch_hits >= 4 and stats.wasted_prefetches == 0, stats
+
+
+
+def _resident_pages(path, upto: int = 1 << 20) -> int:
+    """Pages among the first ``upto`` bytes of ``path`` in the page cache (mincore(2))."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.path.getsize(path)
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    with open(path, "rb") as fh:
+        mapping = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_COPY)  # never written
+    try:
+        anchor = ctypes.c_ubyte.from_buffer(mapping)  # exports the mapping's address
+        vec = (ctypes.c_ubyte * pages)()
+        ok = libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size), vec)
+        del anchor
+        if ok != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+        return sum(v & 1 for v in vec[: upto // mmap.PAGESIZE])
+    finally:
+        mapping.close()
+
+
+def test_advise_reads_a_dropped_object_back_into_the_page_cache(tmp_path):
+    tier = tiered.DirectoryTier(tmp_path, drop_pages=True, sync=False)
+    with tiered.Cache([tier]) as cache:
+        cache.store("a", np.arange(1 << 18, dtype=np.float64))  # 2 MiB
+    tier = tiered.DirectoryTier(tmp_path, drop_pages=True, sync=False)
+    (record,) = tier.scan().records
+    if _resident_pages(record.path) > 0:
+        pytest.skip("this file system keeps the pages cached (e.g. tmpfs): nothing to show")
+    tier.advise(record)
+    deadline = time.monotonic() + 5.0
+    while _resident_pages(record.path) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _resident_pages(record.path) > 0
+    tier.advise(dataclasses.replace(record, path=tmp_path / "missing"))  # advisory: no error
