@@ -42,3 +42,17 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     if not _on_tmpfs(tmp_path):  # the emulation must really send reads to the device
         assert by["beyond-memory", "np.save/np.load"]["device_read_bytes"] > 0
     assert "tiered-reverse" in capsys.readouterr().out
+
+
+def test_rounds_report_the_median_round(tmp_path: Path) -> None:
+    from tiered.bench import adjoint, rtm
+
+    cfg = rtm.RTMConfig(nz=64, nx=64, nt=20, sponge=8)
+    rows = adjoint.run(cfg, workdir=tmp_path, rows=("compute-only", "np.save/np.load",
+                                                    "tiered-reverse"), rounds=3)
+    assert len(rows) == 6
+    for row in rows:
+        walls = row["wall_s_rounds"]
+        assert len(walls) == 3 and row["wall_s"] == sorted(walls)[1]
+        if row["name"] != "compute-only":
+            assert row["image_identical"]

@@ -40,18 +40,30 @@ class PrefetchEngine(EngineCore):
         """Start the pump, or tell the running one to look again (under the lock).
 
         Unless ``force`` (new hints), nothing happens during a run of stores (nothing is
-        being read, and the forecast would be recomputed per store for nothing) nor while
-        the lead of prefetched copies is above half the prefetch depth.
+        being read, and the forecast would be recomputed per store for nothing), while the
+        lead of prefetched copies is above half the prefetch depth, or while every entry
+        has a memory copy. A pump that runs for nothing costs the caller: its Python work
+        holds the GIL the caller's next step needs.
         """
         if self._closed or not self._memory:
             return
-        if not force and (self._storing or self._ahead > self._config.prefetch_depth // 2):
+        if not force and (self._storing or self._ahead > self._config.prefetch_depth // 2
+                          or not self._any_cold()):
             return
         if self._pump_running:
             self._pump_again = True
             return
         self._pump_running = True
         self._prefetch_lane.submit(self._pump)
+
+    def _any_cold(self) -> bool:
+        """Whether some entry may be only in persistent tiers (the pump's only work).
+
+        Exact with one memory tier; with several it answers True (the pump looks).
+        """
+        if len(self._memory) != 1:
+            return True
+        return len(self._index) > len(self._resident[self._memory[0]])
 
     def _pump(self) -> None:
         while True:
