@@ -39,6 +39,9 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     for name in ("pyrevolve-memory", "schedules-multistage-numpy", "tiered-multistage"):
         assert by["page-cache", name]["recomputed_steps"] > 0
     assert by["page-cache", "tiered-reverse"]["recomputed_steps"] == 0
+    history = 200 * 160 * 160 * 4  # the quick run's snapshots: in-memory holds them all
+    assert (by["page-cache", "in-memory"]["peak_rss_bytes"]
+            > by["page-cache", "compute-only"]["peak_rss_bytes"] + history // 2)
     if not _on_tmpfs(tmp_path):  # the emulation must really send reads to the device
         assert by["beyond-memory", "np.save/np.load"]["device_read_bytes"] > 0
     assert "tiered-reverse" in capsys.readouterr().out
