@@ -12,7 +12,7 @@ from __future__ import annotations
 from tiered.index import Entry
 from tiered.keys import Key
 
-HEADROOM = 0.25  # of a tier's capacity kept drainable ahead of the stores
+HEADROOM = 0.5  # of a tier's capacity kept drainable ahead of the stores (drains start early)
 
 
 class Pending:
