@@ -31,9 +31,10 @@ class CacheConfig:
         ``"eager"`` (default) drains every store to its home tier at once: checkpoints
         become durable as soon as the disk allows. ``"lazy"`` drains a store only when its
         memory tier needs the room (the oldest go first, once waiting stores fill half
-        of the tier, so that drains keep ahead of the stores) and at :meth:`~tiered.Cache.flush`/``close``: for histories
-        that are scratch, such as an adjoint's forward states, whose newest part is
-        revisited from memory and never needs writing. A crash loses what has not drained.
+        of the tier, so that drains keep ahead of the stores) and at
+        :meth:`~tiered.Cache.flush`/``close``: for histories that are scratch, such as an
+        adjoint's forward states, whose newest part is revisited from memory and never
+        needs writing. A crash loses what has not drained.
     """
 
     on_full: OnFull = "block"
