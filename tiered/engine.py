@@ -267,11 +267,11 @@ class EngineCore:
             return False
         ctx = VictimContext(need_bytes=need, now=self._clock, next_use=next_use,
                             durable=durable, consumed=consumed)
-        key = self._policies[tier].victim(candidates, ctx=ctx)
-        if key is None or key not in candidates:
+        victim = self._policies[tier].victim(candidates, ctx=ctx)
+        if victim is None or victim not in candidates:
             return False
         self._tstats(tier).evictions += 1
-        record = self._drop_copy(self._index[key], tier)
+        record = self._drop_copy(self._index[victim], tier)
         return record if record is not None else True
 
     def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False,
