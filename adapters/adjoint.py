@@ -41,7 +41,9 @@ class Checkpointer:
     Parameters
     ----------
     cache : tiered.Cache
-        Where the states live. ``prefetch="reverse"`` suits it; hints are sent either way.
+        Where the states live. ``prefetch="reverse"`` and ``write_back="lazy"`` suit it
+        (the newest states are then revisited from memory and never written); hints are
+        sent either way.
     every : int
         Keep every ``every``-th state (step 0 always); the others are recomputed.
     name : str
