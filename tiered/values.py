@@ -48,8 +48,8 @@ class LeafInfo:
     path: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict."""
-        return dataclasses.asdict(self)
+        """Return a JSON-serialisable dict (fields are plain values: no deep copy)."""
+        return dict(vars(self))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> LeafInfo:
