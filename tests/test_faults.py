@@ -26,8 +26,9 @@ def _run(*args: str, timeout: float = 120) -> str:
     return proc.stdout
 
 
-def test_restart_in_a_new_process_sees_every_entry(tmp_path):
-    assert _run("write", str(tmp_path), "12").strip() == "done"
+@pytest.mark.parametrize("write_back", ["eager", "lazy"])
+def test_restart_in_a_new_process_sees_every_entry(tmp_path, write_back):
+    assert _run("write", str(tmp_path), "12", write_back).strip() == "done"
     with tiered.Cache(tiers(tmp_path)) as cache:
         assert cache.recovery == []
         assert sorted(cache.keys()) == [("state", i) for i in range(12)]
@@ -37,9 +38,10 @@ def test_restart_in_a_new_process_sees_every_entry(tmp_path):
             assert got["step"] == i and got["tag"] == f"s{i}"
 
 
-@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
-def test_kill_9_mid_drain_leaves_nothing_corrupt(tmp_path, delay):
-    proc = subprocess.Popen([sys.executable, WRITER, "forever", str(tmp_path)],
+@pytest.mark.parametrize(("delay", "write_back"),
+                         [(0.3, "eager"), (0.8, "eager"), (1.5, "eager"), (0.8, "lazy")])
+def test_kill_9_mid_drain_leaves_nothing_corrupt(tmp_path, delay, write_back):
+    proc = subprocess.Popen([sys.executable, WRITER, "forever", str(tmp_path), write_back],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     while "stored 30" not in proc.stdout.readline():  # well into draining

@@ -22,15 +22,15 @@ def tiers(root: Path) -> list:
             tiered.HDF5Tier(root / "pfs")]
 
 
-def write(root: Path, count: int) -> None:
-    with tiered.Cache(tiers(root)) as cache:
+def write(root: Path, count: int, write_back: str = "eager") -> None:
+    with tiered.Cache(tiers(root), write_back=write_back) as cache:
         for i in range(count):
             cache.store(("state", i), value(i))
     print("done", flush=True)
 
 
-def forever(root: Path) -> None:
-    cache = tiered.Cache(tiers(root))
+def forever(root: Path, write_back: str = "eager") -> None:
+    cache = tiered.Cache(tiers(root), write_back=write_back)
     i = 0
     while True:  # the parent kills -9 this process mid-drain
         cache.store(("state", i % 50), value(i))
@@ -65,8 +65,8 @@ def fsize(root: Path) -> None:
 if __name__ == "__main__":
     mode, root = sys.argv[1], Path(sys.argv[2])
     if mode == "write":
-        write(root, int(sys.argv[3]))
+        write(root, int(sys.argv[3]), *sys.argv[4:])
     elif mode == "forever":
-        forever(root)
+        forever(root, *sys.argv[3:])
     elif mode == "fsize":
         fsize(root)
