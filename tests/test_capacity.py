@@ -145,3 +145,33 @@ def test_a_failed_background_deletion_is_reported(tmp_path):
     with pytest.raises(tiered.BackgroundError, match="Is a directory"):
         cache.flush()
     cache.close()
+
+
+def test_parallel_writers_respect_a_bounded_directory_tier(tmp_path):
+    disk = tiered.DirectoryTier(tmp_path / "bb", capacity=6 * MiB + 6 * 8192, writers=4)
+    assert disk.writers == 4
+    peak = [0]
+    put = disk.put
+
+    def watched_put(*args, **kw):  # the real put, recording the tier's use after each
+        record = put(*args, **kw)
+        peak[0] = max(peak[0], disk.used_bytes)
+        return record
+
+    disk.put = watched_put  # type: ignore[method-assign]
+    with tiered.Cache([tiered.HostTier(8 * MiB), disk, tiered.HDF5Tier(tmp_path / "pfs")],
+                      full_timeout_s=60) as cache:
+        for i in range(30):
+            cache.store(i, _value(i))
+        cache.flush()
+        assert cache.stats().background_errors == 0
+        for i in range(30):
+            np.testing.assert_array_equal(cache.revisit(i), _value(i))
+    assert 0 < peak[0] <= disk.capacity_bytes
+
+
+def test_writers_is_validated(tmp_path):
+    with pytest.raises(ValueError, match="writers"):
+        tiered.DirectoryTier(tmp_path, writers=0)
+    assert tiered.DirectoryTier(tmp_path / "a", sync=False).writers == 1
+    assert tiered.DirectoryTier(tmp_path / "b").writers == 4

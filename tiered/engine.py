@@ -104,7 +104,9 @@ class EngineCore:
         self._next_version = 1
         self._stats = CacheStats(tiers={t.name: TierStats(capacity_bytes=t.capacity_bytes)
                                         for t in tiers})
-        self._lanes = {i: Lane(f"to-{t.name}") for i, t in enumerate(tiers) if i > 0}
+        self._lanes = {i: Lane(f"to-{t.name}", getattr(t, "writers", 1))
+                       for i, t in enumerate(tiers) if i > 0}
+        self._writing = [0] * len(tiers)  # bytes reserved by writes in flight, per tier
         self._prefetch_lane = Lane("prefetch")
         self._deleter = Lane("delete")  # discarded files go in the background
         self._deleting = 0  # deletions queued or running
@@ -322,7 +324,8 @@ class EngineCore:
         freed = 0
         need = t.footprint(nbytes)
         deadline = time.monotonic() + self._config.full_timeout_s
-        while t.capacity_bytes is not None and t.used_bytes - freed + need > t.capacity_bytes:
+        while (t.capacity_bytes is not None
+               and t.used_bytes + self._writing[tier] - freed + need > t.capacity_bytes):
             record = self._evict_one(tier, nbytes)
             if isinstance(record, Record):
                 doomed.append((tier, record))
@@ -385,11 +388,15 @@ class EngineCore:
             src.pins += 1
             extent = None
             doomed: list[tuple[int, Record]] = []
+            reserved = 0  # bytes held in a persistent tier while several writes run at once
             try:
-                if isinstance(self._tiers[dst], MemoryTier):
+                t = self._tiers[dst]
+                if isinstance(t, MemoryTier):
                     extent = self._reserve(dst, nbytes, wait=True)
                 else:
                     doomed = self._room_persistent(dst, nbytes)
+                    reserved = t.footprint(nbytes)
+                    self._writing[dst] += reserved
             except BaseException:
                 self._delete(self._unpin(entry, src))
                 raise
@@ -398,12 +405,15 @@ class EngineCore:
             new = self._transfer(entry, src, dst, extent)
         except BaseException:
             with self._cond:
+                self._writing[dst] -= reserved
                 self._delete(self._unpin(entry, src))
                 if extent is not None:
                     t = self._tiers[dst]
                     assert isinstance(t, MemoryTier)
                     t.free(extent)
             raise
+        with self._cond:
+            self._writing[dst] -= reserved  # the tier counts the object's bytes itself now
         self._finish_drain(entry, src, new)
 
     def _kick(self, *, force: bool = False) -> None:

@@ -25,11 +25,12 @@ T = TypeVar("T")
 
 
 class Lane:
-    """One background worker thread, named for what it moves."""
+    """Background worker threads (one unless ``workers`` says), named for what they move."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, workers: int = 1) -> None:
         self.name = name
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tiered-{name}")
+        self._pool = ThreadPoolExecutor(max_workers=workers,
+                                        thread_name_prefix=f"tiered-{name}")
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue ``fn(*args)``; returns its future."""

@@ -178,6 +178,7 @@ class PersistentTier(Tier):
     """A durable tier: one file per object version, written atomically, checksummed."""
 
     persistent = True
+    writers = 1  # objects the engine may write here at once (a hint for its lane)
     suffix: ClassVar[str] = ".bin"
 
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,

@@ -42,14 +42,25 @@ class DirectoryTier(PersistentTier):
         a crash). ``False`` for scratch space whose contents need not outlive the node, e.g.
         an adjoint history: objects are still written atomically and checksummed, so a crash
         leaves missing or detectably broken objects, never wrong ones.
+    writers : int, optional
+        Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
+        ``drop_pages``: a device with several writes in flight took 0.63–0.67 GiB/s here
+        against 0.32–0.34 GiB/s one at a time), 1 otherwise (writes into the page cache are
+        CPU work, and more threads only contend for the cores).
     """
 
     suffix = ".tdat"
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
-                 name: str = "directory", drop_pages: bool = False, sync: bool = True) -> None:
+                 name: str = "directory", drop_pages: bool = False, sync: bool = True,
+                 writers: int | None = None) -> None:
         super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
                          sync=sync)
+        if writers is None:
+            writers = 4 if sync or drop_pages else 1
+        if not isinstance(writers, int) or isinstance(writers, bool) or writers < 1:
+            raise ValueError(f"writers must be a positive integer, got {writers!r}")
+        self.writers = writers
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> None:
