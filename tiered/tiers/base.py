@@ -145,13 +145,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def drop_file_pages(path: Path) -> None:
-    """Ask the kernel to drop ``path``'s (already durable) pages from the page cache."""
+def advise_file(path: Path, advice: int) -> None:
+    """Give the kernel ``posix_fadvise`` ``advice`` about all of ``path``."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, advice)
     finally:
         os.close(fd)
+
+
+def drop_file_pages(path: Path) -> None:
+    """Ask the kernel to drop ``path``'s (already durable) pages from the page cache."""
+    advise_file(path, os.POSIX_FADV_DONTNEED)
 
 
 def pwrite_all(fd: int, buf: Any, offset: int) -> None:
@@ -175,7 +180,25 @@ def pread_into(fd: int, buf: Any, offset: int) -> None:
 
 
 class PersistentTier(Tier):
-    """A durable tier: one file per object version, written atomically, checksummed."""
+    """A durable tier: one file per object version, written atomically, checksummed.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The tier's root directory; created if missing.
+    capacity : int, str or None
+        Bytes of object files allowed; ``None`` for unlimited.
+    name : str
+        Name used in statistics and messages.
+    drop_pages : bool
+        Drop each object's pages from the OS page cache once it is durable, so that later
+        reads come from the device (a file system larger than memory; benchmarks use it).
+    sync : bool
+        fsync every object and its directory entry (the default: what is drained survives
+        a crash). ``False`` for scratch space whose contents need not outlive the node, e.g.
+        an adjoint history: objects are still written atomically and checksummed, so a crash
+        leaves missing or detectably broken objects, never wrong ones.
+    """
 
     persistent = True
     writers = 1  # objects the engine may write here at once (a hint for its lane)
@@ -279,15 +302,9 @@ class PersistentTier(Tier):
         one thread reads them in order; errors are ignored (the read reports them).
         """
         try:
-            fd = os.open(record.path, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            advise_file(record.path, os.POSIX_FADV_WILLNEED)
         except OSError:
             pass
-        finally:
-            os.close(fd)
 
     def delete(self, record: Record) -> None:
         """Remove an object (missing files are fine: deleting is idempotent)."""

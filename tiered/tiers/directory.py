@@ -34,14 +34,8 @@ class DirectoryTier(PersistentTier):
         Bytes of object files allowed; ``None`` for unlimited.
     name : str
         Name used in statistics and messages.
-    drop_pages : bool
-        Drop each object's pages from the OS page cache once it is durable, so that later
-        reads come from the device (a file system larger than memory; benchmarks use it).
-    sync : bool
-        fsync every object and its directory entry (the default: what is drained survives
-        a crash). ``False`` for scratch space whose contents need not outlive the node, e.g.
-        an adjoint history: objects are still written atomically and checksummed, so a crash
-        leaves missing or detectably broken objects, never wrong ones.
+    drop_pages, sync : bool
+        See :class:`~tiered.tiers.base.PersistentTier`.
     writers : int, optional
         Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
         ``drop_pages``: a device with several writes in flight took 0.63–0.67 GiB/s here
