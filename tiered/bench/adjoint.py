@@ -136,11 +136,9 @@ def _compute_only(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
 
 
 def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, np.ndarray], object],
-                load: Callable[[int], np.ndarray], timer: Timer,
-                between: Callable[[], None] = lambda: None) -> dict[str, Any]:
+                load: Callable[[int], np.ndarray], timer: Timer) -> dict[str, Any]:
     t0 = time.perf_counter()
     rtm.forward_pass(b.cfg, store)
-    between()
     t1 = time.perf_counter()
     image = rtm.backward_pass(b.cfg, data, timer.wrap(load))
     return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image,
