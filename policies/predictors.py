@@ -242,5 +242,7 @@ class Composite:
 
     def predict(self, *, ctx: PredictContext) -> list[Any]:
         """Return each part's forecast in turn, without repeats, within the budget."""
-        return take_budget(itertools.chain.from_iterable(
-            p.predict(ctx=ctx) for p in self.parts), ctx)
+        forecasts = [f for f in (p.predict(ctx=ctx) for p in self.parts) if f]
+        if len(forecasts) <= 1:  # one part speaks: its forecast is already distinct and fits
+            return forecasts[0] if forecasts else []
+        return take_budget(itertools.chain.from_iterable(forecasts), ctx)

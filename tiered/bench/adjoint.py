@@ -35,7 +35,7 @@ from tiered.bench import rtm
 REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "pyrevolve-disk", "schedules-multistage-numpy", "tiered-reverse",
-        "tiered-multistage")
+        "tiered-reverse-dense", "tiered-multistage")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,21 +158,21 @@ def _numpy(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
                        lambda n: np.load(root / f"{n}.npy"), Timer())
 
 
-def _tiered_cache(b: AdjointBench, **kw: Any) -> Any:
+def _tiered_cache(b: AdjointBench, sparse: bool = True, **kw: Any) -> Any:
     import tiered
 
     return tiered.Cache([tiered.HostTier(b.budget_bytes),
                          # a history is scratch: fsync only where pages must be dropped,
                          # as the np.save row does, and write only what leaves memory
                          tiered.DirectoryTier(b.workdir / "bb", drop_pages=b.cold,
-                                              sync=b.cold)],
+                                              sync=b.cold, sparse=sparse)],
                         eviction="score", write_back="lazy", **kw)
 
 
-def _tiered_reverse(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+def _tiered_reverse(b: AdjointBench, data: np.ndarray, sparse: bool = True) -> dict[str, Any]:
     from tiered.adapters.adjoint import Checkpointer
 
-    cache = _tiered_cache(b, prefetch="reverse")
+    cache = _tiered_cache(b, sparse, prefetch="reverse")
     ckpt = Checkpointer(cache, name="rtm")
     buf = np.empty((b.cfg.nz, b.cfg.nx), dtype=np.float32)
     row = _store_load(b, data, ckpt.store, lambda n: ckpt.revisit(n, out=buf), Timer())
@@ -277,6 +277,7 @@ RUNNERS: dict[str, Callable[[AdjointBench, np.ndarray], dict[str, Any]]] = {
     "pyrevolve-memory": lambda b, d: _pyrevolve(b, d, disk=False),
     "pyrevolve-disk": lambda b, d: _pyrevolve(b, d, disk=True),
     "schedules-multistage-numpy": _schedules_numpy, "tiered-reverse": _tiered_reverse,
+    "tiered-reverse-dense": lambda b, d: _tiered_reverse(b, d, sparse=False),
     "tiered-multistage": _tiered_multistage,
 }
 

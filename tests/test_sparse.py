@@ -1,0 +1,83 @@
+"""Zero runs left as file holes: what is written, what comes back, what a flipped hole does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiered
+from tiered.tiers.directory import HOLE_BYTES, data_runs
+
+MiB = 1 << 20
+
+
+def banded(nbytes: int = 4 * MiB) -> np.ndarray:
+    """A wavefield-like payload: zeros above and below a band of data, as float32."""
+    u = np.zeros(nbytes // 4, dtype=np.float32)
+    u[len(u) // 3: len(u) // 2] = np.linspace(1.0, 2.0, len(u) // 2 - len(u) // 3)
+    return u
+
+
+@pytest.mark.parametrize(("layout", "expected"), [
+    ("zeros", []),
+    ("one byte in the second block", [(HOLE_BYTES, 2 * HOLE_BYTES)]),
+    ("first and last", [(0, HOLE_BYTES), (3 * HOLE_BYTES, 4 * HOLE_BYTES)]),
+    ("ones", [(0, 4 * HOLE_BYTES)]),
+])
+def test_data_runs_finds_the_blocks_holding_data(layout, expected):
+    region = np.zeros(4 * HOLE_BYTES, dtype=np.uint8)
+    if layout == "one byte in the second block":
+        region[HOLE_BYTES + 7] = 1
+    elif layout == "first and last":
+        region[0] = region[-1] = 9
+    elif layout == "ones":
+        region[:] = 1
+    assert data_runs(region) == expected
+
+
+def test_data_runs_always_writes_a_partial_tail_and_short_regions():
+    region = np.zeros(2 * HOLE_BYTES + 100, dtype=np.uint8)
+    assert data_runs(region) == [(2 * HOLE_BYTES, 2 * HOLE_BYTES + 100)]
+    assert data_runs(np.zeros(10, dtype=np.uint8)) == [(0, 10)]
+    assert data_runs(np.zeros(0, dtype=np.uint8)) == []
+
+
+def _stored_file(root: Path, value: np.ndarray, **kw: object) -> Path:
+    with tiered.Cache([tiered.DirectoryTier(root, **kw)]) as cache:  # type: ignore[arg-type]
+        cache.store("u", value)
+    (path,) = [p for p in root.iterdir() if p.suffix == ".tdat"]
+    return path
+
+
+def test_zero_runs_are_not_written_and_come_back_as_zeros(tmp_path):
+    value = banded()
+    path = _stored_file(tmp_path / "sparse", value)
+    allocated = os.stat(path).st_blocks * 512
+    assert allocated < 0.3 * value.nbytes  # the band is a sixth of the payload
+    dense = _stored_file(tmp_path / "dense", value, sparse=False)
+    assert os.stat(dense).st_blocks * 512 >= value.nbytes
+    for root in ("sparse", "dense"):  # a restart reads either back, bit for bit
+        with tiered.Cache([tiered.HostTier(8 * MiB), tiered.DirectoryTier(tmp_path / root)]) as c:
+            np.testing.assert_array_equal(c.revisit("u"), value)
+
+
+def test_a_byte_written_into_a_hole_fails_the_checksum(tmp_path):
+    path = _stored_file(tmp_path / "bb", banded())
+    with open(path, "r+b") as fh:  # offset 100 lies in the leading hole
+        fh.seek(100)
+        fh.write(b"\x01")
+    with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as cache, \
+            pytest.raises(tiered.CorruptDataError, match="checksum"):
+        cache.revisit("u")
+
+
+def test_all_zero_and_data_free_payloads_round_trip(tmp_path):
+    zeros = np.zeros(3 * MiB + 12, dtype=np.uint8)
+    path = _stored_file(tmp_path / "bb", zeros)
+    assert os.stat(path).st_blocks * 512 < MiB
+    with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as cache:
+        np.testing.assert_array_equal(cache.revisit("u"), zeros)
+
