@@ -287,6 +287,7 @@ class EngineCore:
         t = self._tiers[tier]
         assert isinstance(t, MemoryTier)
         deadline = time.monotonic() + self._config.full_timeout_s
+        waited = False
         while True:
             extent = t.allocate(nbytes)
             if extent is not None:
@@ -295,6 +296,9 @@ class EngineCore:
                 continue
             if not wait:
                 return None
+            if caller and not waited:
+                waited = True
+                self._pending.widen(tier)  # lazy write-back: drains start too late here
             self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:

@@ -5,6 +5,11 @@ memory until its tier needs the room: the engine drains the oldest waiting entri
 they hold more than ``capacity - headroom`` of the tier, or when a store or transfer needs
 room now, and :meth:`~tiered.Cache.flush`/``close`` drain the rest. An adjoint history that
 is revisited (and discarded) from memory then never reaches the disk at all.
+
+The headroom is what is written without being needed: entries drained early that are
+still in memory when their revisit comes. It starts small (:data:`MIN_HEADROOM`) and
+doubles, up to :data:`MAX_HEADROOM`, each time a store has to wait for a drain to make
+room, so it settles where the drains keep ahead of the stores on this machine.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 from tiered.index import Entry
 from tiered.keys import Key
 
-HEADROOM = 0.5  # of a tier's capacity kept drainable ahead of the stores (drains start early)
+MIN_HEADROOM = 1 / 16  # of a tier's capacity kept drainable ahead of the stores, at first
+MAX_HEADROOM = 1 / 2  # ... and at most, once stores have waited for drains
 
 
 class Pending:
@@ -22,6 +28,7 @@ class Pending:
         self._waiting: list[dict[Key, Entry]] = [{} for _ in range(ntiers)]
         self._bytes = [0] * ntiers
         self._where: dict[Key, int] = {}
+        self._headroom = [MIN_HEADROOM] * ntiers
 
     def __len__(self) -> int:
         return len(self._where)
@@ -42,13 +49,21 @@ class Pending:
         self._bytes[tier] -= entry.meta.nbytes
         return True
 
+    def headroom(self, tier: int) -> float:
+        """Return the share of ``tier`` kept drainable ahead of the stores."""
+        return self._headroom[tier]
+
+    def widen(self, tier: int) -> None:
+        """A store waited for room in ``tier``: start its drains earlier from now on."""
+        self._headroom[tier] = min(MAX_HEADROOM, 2 * self._headroom[tier])
+
     def due(self, tier: int, capacity: int, need: int = 0) -> list[Entry]:
         """Take the oldest entries of ``tier`` that must drain now.
 
         They must while the waiting bytes exceed ``capacity - headroom - need`` (``need``:
         bytes a caller is waiting to reserve).
         """
-        allowed = capacity - int(HEADROOM * capacity) - need
+        allowed = capacity - int(self._headroom[tier] * capacity) - need
         out: list[Entry] = []
         waiting = self._waiting[tier]
         while waiting and self._bytes[tier] > allowed:
