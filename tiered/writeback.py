@@ -54,7 +54,7 @@ class Pending:
         return self._headroom[tier]
 
     def widen(self, tier: int) -> None:
-        """A store waited for room in ``tier``: start its drains earlier from now on."""
+        """Start ``tier``'s drains earlier from now on (a store waited for room there)."""
         self._headroom[tier] = min(MAX_HEADROOM, 2 * self._headroom[tier])
 
     def due(self, tier: int, capacity: int, need: int = 0) -> list[Entry]:

@@ -22,8 +22,8 @@ import dataclasses
 import json
 import logging
 import os
+import random
 import threading
-import uuid
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -154,18 +154,23 @@ def advise_file(path: Path, advice: int) -> None:
         os.close(fd)
 
 
-def drop_file_pages(path: Path) -> None:
-    """Ask the kernel to drop ``path``'s (already durable) pages from the page cache."""
-    advise_file(path, os.POSIX_FADV_DONTNEED)
-
-
 def pwrite_all(fd: int, buf: Any, offset: int) -> None:
-    """Write all of ``buf`` at ``offset`` (looping over short writes, GIL released)."""
-    view = memoryview(buf).cast("B")
+    """Write all of ``buf`` at ``offset`` (GIL released while the kernel copies).
+
+    ``buf`` is one buffer or a list of buffers written back to back: one ``pwritev`` in the
+    common case, then piece by piece after a short write.
+    """
+    views = [memoryview(b).cast("B") for b in (buf if isinstance(buf, list) else [buf])]
     step = 1 << 30
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done: done + step], offset + done)
+    done = os.pwritev(fd, views, offset) if sum(map(len, views)) <= step else 0
+    for view in views:
+        if done >= len(view):
+            done -= len(view)
+        else:
+            while done < len(view):
+                done += os.pwrite(fd, view[done: done + step], offset + done)
+            done = 0
+        offset += len(view)
 
 
 def pread_into(fd: int, buf: Any, offset: int) -> None:
@@ -248,29 +253,35 @@ class PersistentTier(Tier):
         manifest = {"format": FORMAT, "key": key_to_json(key), "version": version,
                     "meta": meta.to_json(),
                     "checksum": {"algorithm": ALGORITHM, "leaves": list(checksums)}}
-        tmp = self.root / f"{TMP_PREFIX}{uuid.uuid4().hex}{self.suffix}"
+        # a random name, not uuid4: no urandom system call per object (each system call is
+        # a GIL hand-off the caller's thread pays for); random reseeds in a forked child
+        tmp = self.root / f"{TMP_PREFIX}{os.getpid():x}-{random.getrandbits(64):016x}{self.suffix}"
         final = self.path_for(key, version)
         try:
-            self._write_file(tmp, manifest, meta, region)
+            size = self._write_file(tmp, manifest, meta, region)
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
         if self.sync:
             fsync_dir(self.root)
-        if self.drop_pages:
-            drop_file_pages(final)
         offsets = manifest.get("_offsets")
-        record = Record(key, version, meta, checksums, final, final.stat().st_size,
+        record = Record(key, version, meta, checksums, final, size,
                         None if offsets is None else tuple(offsets))
         with self._lock:
             self._used += record.file_bytes
         return record
 
     def sync_file(self, fd: int) -> None:
-        """Make a written object file durable (needed too before its pages can be dropped)."""
+        """Make a written object file durable and, with ``drop_pages``, drop its pages.
+
+        Pages can only be dropped once written back, hence the fsync in either case; the
+        open ``fd`` serves both (no second open of the file).
+        """
         if self.sync or self.drop_pages:
             os.fsync(fd)
+        if self.drop_pages:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def get_into(self, record: Record, region: np.ndarray) -> None:
         """Read ``record``'s payload into a host region and verify every leaf.
@@ -383,8 +394,11 @@ class PersistentTier(Tier):
 
     @abc.abstractmethod
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> None:
-        """Write payload and manifest (manifest last) to ``tmp`` and fsync it."""
+                    region: np.ndarray) -> int:
+        """Write payload and manifest (manifest last) to ``tmp``; return the file's size.
+
+        Ends with :meth:`sync_file` on the open file.
+        """
 
     @abc.abstractmethod
     def _read_manifest(self, path: Path) -> dict[str, Any]:

@@ -91,17 +91,23 @@ class DirectoryTier(PersistentTier):
         self.sparse = bool(sparse)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> None:
+                    region: np.ndarray) -> int:
         text = self.encode_manifest(manifest)
-        footer = _FOOTER.pack(len(text), checksum(text), MAGIC)
+        tail = text + _FOOTER.pack(len(text), checksum(text), MAGIC)
+        runs = data_runs(region) if self.sparse else [(0, len(region))]
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            for start, stop in data_runs(region) if self.sparse else [(0, len(region))]:
+            last = runs.pop() if runs and runs[-1][1] == meta.nbytes else None
+            for start, stop in runs:
                 pwrite_all(fd, region[start:stop], start)
-            pwrite_all(fd, text + footer, meta.nbytes)  # extends the file over any holes
+            if last is not None:  # the manifest follows the last run: one system call
+                pwrite_all(fd, [region[last[0]:], tail], last[0])
+            else:
+                pwrite_all(fd, tail, meta.nbytes)  # extends the file over any holes
             self.sync_file(fd)
         finally:
             os.close(fd)
+        return meta.nbytes + len(tail)
 
     def _read_manifest(self, path: Path) -> dict[str, Any]:
         with open(path, "rb") as fh:

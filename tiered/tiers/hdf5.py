@@ -81,7 +81,7 @@ class HDF5Tier(PersistentTier):
         return None if offset is None else int(offset)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> None:
+                    region: np.ndarray) -> int:
         h5py = self._h5py
         with h5py.File(tmp, "w", alignment_threshold=65536, alignment_interval=4096) as f:
             group = f.create_group("leaves")
@@ -93,9 +93,11 @@ class HDF5Tier(PersistentTier):
                 if offset is not None and leaf.nbytes:
                     pwrite_all(fd, region[leaf.offset: leaf.offset + leaf.nbytes], offset)
             self.sync_file(fd)
+            size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         manifest["_offsets"] = offsets
+        return size
 
     def _read_manifest(self, path: Path) -> dict[str, Any]:
         try:
