@@ -94,6 +94,7 @@ class DirectoryTier(PersistentTier):
                     region: np.ndarray) -> int:
         text = self.encode_manifest(manifest)
         tail = text + _FOOTER.pack(len(text), checksum(text), MAGIC)
+        region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
