@@ -39,6 +39,10 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     for name in ("pyrevolve-memory", "schedules-multistage-numpy", "tiered-multistage"):
         assert by["page-cache", name]["recomputed_steps"] > 0
     assert by["page-cache", "tiered-reverse"]["recomputed_steps"] == 0
+    for (regime, _), row in by.items():  # the bound is np.save's time over compute only's
+        naive, base = by[regime, "np.save/np.load"], by[regime, "compute-only"]
+        assert row["speedup_bound"] == pytest.approx(naive["wall_s"] / base["wall_s"])
+        assert row["speedup_vs_numpy"] == pytest.approx(naive["wall_s"] / row["wall_s"])
     history = 200 * 160 * 160 * 4  # the quick run's snapshots: in-memory holds them all
     assert (by["page-cache", "in-memory"]["peak_rss_bytes"]
             > by["page-cache", "compute-only"]["peak_rss_bytes"] + history // 2)

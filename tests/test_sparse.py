@@ -45,6 +45,28 @@ def test_data_runs_always_writes_a_partial_tail_and_short_regions():
     assert data_runs(np.zeros(0, dtype=np.uint8)) == []
 
 
+def test_data_runs_match_a_block_by_block_reference():
+    rng = np.random.default_rng(7)
+    block = 64
+    for _ in range(300):
+        n = int(rng.integers(0, 12 * block))
+        region = np.zeros(n, dtype=np.uint8)
+        for b in rng.choice(max(1, n // block + 1), size=int(rng.integers(0, 5))):
+            if b * block < n:
+                region[min(n - 1, b * block + int(rng.integers(block)))] = 1
+        covered = np.zeros(n, dtype=bool)
+        runs = data_runs(region, block)
+        for start, stop in runs:
+            covered[start:stop] = True
+        full = n // block * block
+        assert covered[full:].all()  # a partial tail is always written
+        for b in range(0, full, block):  # a whole block is written iff it holds data
+            assert covered[b: b + block].all() == region[b: b + block].any()
+            assert covered[b: b + block].all() or not covered[b: b + block].any()
+        assert all(a < b for a, b in runs)  # runs are non-empty, ordered, not adjacent
+        assert all(runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1))
+
+
 def _stored_file(root: Path, value: np.ndarray, **kw: object) -> Path:
     with tiered.Cache([tiered.DirectoryTier(root, **kw)]) as cache:  # type: ignore[arg-type]
         cache.store("u", value)

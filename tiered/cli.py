@@ -114,8 +114,9 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
            rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps))
     rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds)
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
-                  "recomputed_steps", "vs_compute", "speedup_vs_numpy", "peak_rss_bytes",
-                  "bytes_written", "bytes_read", "device_read_bytes", "image_identical"]
+                  "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
+                  "peak_rss_bytes", "bytes_written", "bytes_read", "device_read_bytes",
+                  "image_identical"]
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -42,12 +42,12 @@ def data_runs(region: np.ndarray, block: int = HOLE_BYTES) -> list[tuple[int, in
     data = np.empty(full + 2, dtype=np.int8)
     data[0] = data[-1] = 0
     np.any(blocks, axis=1, out=data[1:-1].view(np.bool_))
-    if full * block < n:
-        data[-1] = 1  # the tail is written whatever it holds
-    edges = np.flatnonzero(np.diff(data)) * block
-    bounds = [min(int(e), n) for e in edges]
-    if full * block < n:
-        bounds.append(n)
+    tail = full * block < n
+    if tail:
+        data[-1] = 1  # the partial last block is written whatever it holds
+    bounds = (np.flatnonzero(np.diff(data)) * block).tolist()
+    if tail:
+        bounds.append(n)  # the last run (rising at a block or at the tail) ends with it
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
