@@ -48,9 +48,9 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
             > by["page-cache", "compute-only"]["peak_rss_bytes"] + history // 2)
     if not _on_tmpfs(tmp_path):  # the emulation must really send reads to the device
         assert by["beyond-memory", "np.save/np.load"]["device_read_bytes"] > 0
-        # the early wavefields are mostly zeros: file holes, not bytes on the device
-        assert (by["beyond-memory", "tiered-reverse"]["device_write_bytes"]
-                < by["beyond-memory", "tiered-reverse-dense"]["device_write_bytes"])
+    # (holes are not compared here: a quick snapshot is 100 KiB, one whole 64 KiB block,
+    # so the sparse and dense rows write within noise of each other; tests/test_sparse.py
+    # checks the blocks a file allocates)
     assert "tiered-reverse" in capsys.readouterr().out
 
 
