@@ -6,6 +6,7 @@ import ctypes
 import dataclasses
 import mmap
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ class SlowDirectoryTier(tiered.DirectoryTier):
     def __init__(self, path: Path, delay_s: float) -> None:
         super().__init__(path, name="slow")
         self.delay_s = delay_s
+        self.reading = threading.Event()  # set once a read has started
 
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
+        self.reading.set()
         time.sleep(self.delay_s)
         super()._read_payload(record, region)
 
@@ -93,9 +96,10 @@ def test_demand_read_does_not_queue_behind_prefetches(tmp_path: Path) -> None:
 
 
 def test_late_prefetch_is_waited_for_and_counted(tmp_path: Path) -> None:
-    cache = cold_cache(tmp_path, slots=4, n=3, tier=SlowDirectoryTier(tmp_path, 0.3))
+    slow = SlowDirectoryTier(tmp_path, 0.3)
+    cache = cold_cache(tmp_path, slots=4, n=3, tier=slow)
     cache.hint([1])
-    time.sleep(0.1)  # the pump has started reading key 1
+    assert slow.reading.wait(20)  # the pump has started reading key 1
     assert cache.revisit(1)[0] == 1
     stats = cache.stats()
     cache.close()
