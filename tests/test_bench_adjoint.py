@@ -51,7 +51,9 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     # (holes are not compared here: a quick snapshot is 100 KiB, one whole 64 KiB block,
     # so the sparse and dense rows write within noise of each other; tests/test_sparse.py
     # checks the blocks a file allocates)
-    assert "tiered-reverse" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "tiered-reverse" in printed.out
+    assert "[18/18] beyond-memory" in printed.err  # one progress line per row
 
 
 def test_rounds_report_the_median_round(tmp_path: Path) -> None:

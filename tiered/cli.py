@@ -112,7 +112,8 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
 
     cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12) if args.quick else
            rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps))
-    rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds)
+    rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
                   "peak_rss_bytes", "bytes_written", "bytes_read", "device_read_bytes",

@@ -336,14 +336,17 @@ def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path) -> dict[str, 
 
 
 def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] = ROWS,
-        rounds: int = 1) -> list[dict[str, Any]]:
+        rounds: int = 1, progress: Callable[[str], object] | None = None
+        ) -> list[dict[str, Any]]:
     """Every configuration in both regimes, ``rounds`` times round-robin; median rows.
 
     Each row reported is the round with the median wall time (its other fields are that
     round's, so they stay consistent); ``wall_s_rounds`` lists every round. Rows carry
-    ratios to compute-only and np.save of the same regime.
+    ratios to compute-only and np.save of the same regime. ``progress``, if given, gets
+    one line per finished row (a full run takes minutes).
     """
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    total, done = rounds * len(REGIMES) * len(rows), 0
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         root = Path(tmp)
         data = rtm.record(cfg)
@@ -353,6 +356,9 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
             for regime in REGIMES:
                 for name in rows:
                     row = _child(name, regime, cfg, root)
+                    done += 1
+                    if progress is not None:
+                        progress(f"[{done}/{total}] {regime} {name}: {row['wall_s']:.2f} s")
                     if name != "compute-only":
                         images.append((row, np.load(
                             root / f"image-{regime}-{name.replace('/', '_')}.npy")))
