@@ -175,3 +175,36 @@ def test_writers_is_validated(tmp_path):
         tiered.DirectoryTier(tmp_path, writers=0)
     assert tiered.DirectoryTier(tmp_path / "a", sync=False).writers == 1
     assert tiered.DirectoryTier(tmp_path / "b").writers == 4
+
+
+def _clean_from_scratch(cache: tiered.Cache) -> list[set]:
+    """The copies eviction may choose from, recomputed from the index (white box)."""
+    clean: list[set] = [set() for _ in cache.tiers]
+    for key, entry in cache._index.items():
+        for tier in entry.copies:
+            if any(t > tier for t in entry.copies):
+                clean[tier].add(key)
+    return clean
+
+
+def test_clean_sets_follow_every_change(tmp_path):
+    # the eviction candidates are kept incrementally per tier: after stores, drains,
+    # prefetches, overwrites and discards they must equal a recomputation from scratch
+    cache = tiered.Cache([tiered.HostTier(6 * MiB), tiered.DirectoryTier(tmp_path / "bb",
+                          capacity=30 * MiB), tiered.HDF5Tier(tmp_path / "pfs")],
+                         eviction="score", prefetch="reverse")
+    rng = np.random.default_rng(3)
+    for round_ in range(3):
+        for i in range(20):
+            cache.store(i, _value(i + round_))
+        cache.flush()
+        for i in rng.permutation(20)[:8]:
+            cache.discard(int(i))
+        for key in list(cache.keys())[::-1][:6]:
+            np.testing.assert_array_equal(cache.revisit(key), _value(int(key) + round_))
+        cache.flush()
+        with cache._cond:
+            got = [{k for k in c if cache._index.get(k) is c[k]} for c in cache._clean]
+            want = _clean_from_scratch(cache)
+        assert got == want
+    cache.close()

@@ -147,7 +147,7 @@ class Cache(PrefetchEngine):
                 self._add_copy(entry, copy)
                 if copy.record is not None:
                     entry.checksums = copy.record.checksums
-                self._index[entry.key] = entry
+                self._index_put(entry)
                 self._stats.stores += 1
                 self._stats.bytes_stored += entry.meta.nbytes
                 self._tstats(copy.tier).bytes_in += entry.meta.nbytes
@@ -336,7 +336,7 @@ class Cache(PrefetchEngine):
         key = canonical_key(key)
         with self._cond:
             entry = self._lookup(key)
-            del self._index[key]
+            self._index_pop(key)
             doomed = self._retire(entry, delete_files=True)
             self._signal("discard", key)
             self._cond.notify_all()

@@ -10,7 +10,7 @@ import copy as _copy
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tiered.config import CacheConfig
@@ -47,26 +47,6 @@ def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
     return [first] + [_copy.deepcopy(first) for _ in range(count - 1)]  # one state per tier
 
 
-class _Sizes(Mapping[Key, int]):
-    """Payload bytes of every key in the index, as a read-only view (no copy per forecast)."""
-
-    def __init__(self, index: dict[Key, Entry]) -> None:
-        self._index = index
-
-    def __getitem__(self, key: Key) -> int:
-        return self._index[key].meta.nbytes
-
-    def get(self, key: Key, default: Any = None) -> Any:
-        entry = self._index.get(key)  # the forecast's hot path: no KeyError round trip
-        return default if entry is None else entry.meta.nbytes
-
-    def __iter__(self) -> Iterator[Key]:
-        return iter(self._index)
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-
 class EngineCore:
     """Index, room-making and background drains shared by the public :class:`Cache`."""
 
@@ -89,6 +69,8 @@ class EngineCore:
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
         self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
+        # copies with a copy deeper down (clean: what eviction may choose from), per tier
+        self._clean: list[dict[Key, Entry]] = [{} for _ in tiers]
         # the eviction forecast looks this far ahead: anything later than what all memory
         # tiers hold is "far" alike (ties then go by recency)
         self._horizon = sum(t.capacity_bytes or 0 for t in tiers
@@ -98,6 +80,7 @@ class EngineCore:
         self._ahead = 0  # prefetched copies not yet revisited
         self._cond = threading.Condition()
         self._index: dict[Key, Entry] = {}
+        self._nbytes: dict[Key, int] = {}  # payload bytes per indexed key (forecast sizes)
         self._errors: list[BaseException] = []
         self._closed = False
         self._clock = 0.0
@@ -143,8 +126,16 @@ class EngineCore:
                                                               hints=hints))
         self._signals += 1
 
-    def _sizes(self) -> _Sizes:
-        return _Sizes(self._index)
+    def _sizes(self) -> Mapping[Key, int]:
+        return self._nbytes
+
+    def _index_put(self, entry: Entry) -> None:
+        self._index[entry.key] = entry
+        self._nbytes[entry.key] = entry.meta.nbytes
+
+    def _index_pop(self, key: Key) -> Entry:
+        del self._nbytes[key]
+        return self._index.pop(key)
 
     def _predict(self, budget: float) -> list[Key]:
         return self._predictor.predict(ctx=PredictContext(sizes=self._sizes(),
@@ -165,6 +156,10 @@ class EngineCore:
     def _add_copy(self, entry: Entry, copy: Copy) -> None:
         entry.copies[copy.tier] = copy
         self._resident[copy.tier][entry.key] = entry
+        deepest = max(entry.copies)
+        for tier in entry.copies:
+            if tier < deepest:
+                self._clean[tier][entry.key] = entry
         self._policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
             nbytes=entry.meta.nbytes, now=self._tick()))
         self._tstats(copy.tier).entries += 1
@@ -172,8 +167,14 @@ class EngineCore:
     def _drop_copy(self, entry: Entry, tier: int) -> Record | None:
         """Forget ``entry``'s copy in ``tier``; return a record whose file must be deleted."""
         copy = entry.copies.pop(tier)
-        if self._resident[tier].get(entry.key) is entry:
-            del self._resident[tier][entry.key]
+        key = entry.key
+        if self._resident[tier].get(key) is entry:
+            del self._resident[tier][key]
+        if self._clean[tier].get(key) is entry:
+            del self._clean[tier][key]
+        deepest = max(entry.copies, default=-1)
+        if 0 <= deepest < tier and self._clean[deepest].get(key) is entry:  # none below now
+            del self._clean[deepest][key]
         if copy.prefetched and not copy.used:
             self._stats.wasted_prefetches += 1
             self._ahead -= 1
@@ -253,15 +254,11 @@ class EngineCore:
         durable: set[Key] = set()
         consumed: set[Key] = set()
         persistent = self._persistent
-        for key, entry in self._resident[tier].items():  # one pass: this runs per eviction
-            copy = entry.copies.get(tier)
-            if copy is None or copy.pins or next_use.get(key, NEVER) <= limit:
-                continue
-            below = [t for t in entry.copies if t > tier]
-            if not below:
+        for key, entry in self._clean[tier].items():  # one pass: this runs per eviction
+            if entry.copies[tier].pins or (limit >= 0 and next_use.get(key, NEVER) <= limit):
                 continue
             candidates.append(key)
-            if not persistent.isdisjoint(below):
+            if any(t > tier and t in persistent for t in entry.copies):
                 durable.add(key)
             if entry.consumed:
                 consumed.add(key)
@@ -516,7 +513,7 @@ class EngineCore:
         entry.superseded = [(i, r) for i, r in copies if r.version != newest]
         for i, record in current:
             self._add_copy(entry, Copy(i, record=record))
-        self._index[key] = entry
+        self._index_put(entry)
         self._next_version = max(self._next_version, newest + 1)
         if entry.dirty:
             self._schedule_drain(entry)
