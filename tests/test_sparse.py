@@ -67,6 +67,19 @@ def test_data_runs_match_a_block_by_block_reference():
         assert all(runs[i][1] < runs[i + 1][0] for i in range(len(runs) - 1))
 
 
+def test_data_runs_check_whole_blocks_whose_last_word_is_zero():
+    # a mostly dense region: blocks are first told apart by their last word, and only
+    # those whose last word is zero are read whole (zero, or data earlier in the block)
+    block = 64
+    region = np.ones(40 * block, dtype=np.uint8)
+    region[3 * block: 4 * block] = 0  # a zero block
+    region[7 * block + block - 8: 8 * block] = 0  # data, but not in its last word
+    region[20 * block: 22 * block] = 0
+    region[21 * block + 5] = 1  # data at the start of a block whose last word is zero
+    assert data_runs(region, block) == [(0, 3 * block), (4 * block, 20 * block),
+                                        (21 * block, 40 * block)]
+
+
 def _stored_file(root: Path, value: np.ndarray, **kw: object) -> Path:
     with tiered.Cache([tiered.DirectoryTier(root, **kw)]) as cache:  # type: ignore[arg-type]
         cache.store("u", value)

@@ -41,7 +41,14 @@ def data_runs(region: np.ndarray, block: int = HOLE_BYTES) -> list[tuple[int, in
     blocks = region[: full * block].reshape(full, block).view(np.uint64)
     data = np.empty(full + 2, dtype=np.int8)
     data[0] = data[-1] = 0
-    np.any(blocks, axis=1, out=data[1:-1].view(np.bool_))
+    flags = data[1:-1].view(np.bool_)
+    np.not_equal(blocks[:, -1], 0, out=flags)  # a block whose last word is set holds data
+    unsure = np.flatnonzero(~flags)  # dense payloads are settled here, without a full read
+    if len(unsure) > full // 4:
+        np.any(blocks, axis=1, out=flags)
+    else:
+        for i in unsure.tolist():
+            flags[i] = blocks[i].any()
     tail = full * block < n
     if tail:
         data[-1] = 1  # the partial last block is written whatever it holds
