@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,8 @@ def tier_combos() -> dict[str, Any]:
     def host() -> tiered.HostTier:
         return tiered.HostTier("16MiB", prefault=False)
 
-    def dev() -> tiered.DeviceTier:
-        return tiered.DeviceTier("16MiB", device="cpu")
+    def dev() -> tiered.DeviceTier:  # tests/gpu_check.sh sets "cuda" on a GPU machine
+        return tiered.DeviceTier("16MiB", device=os.environ.get("TIERED_TEST_DEVICE", "cpu"))
 
     def bb(p: Path) -> tiered.DirectoryTier:
         return tiered.DirectoryTier(p / "bb")
