@@ -85,7 +85,8 @@ class Checkpointer:
         self.cache.store(self.key(step), state)
         self._stored.add(step)
 
-    def revisit(self, step: int, *, recompute: Step | None = None, out: Any = None) -> Any:
+    def revisit(self, step: int, *, recompute: Step | None = None, out: Any = None,
+                copy: bool = True) -> Any:
         """Return the state at ``step``; recompute it from a lower checkpoint if needed.
 
         Parameters
@@ -96,6 +97,10 @@ class Checkpointer:
             ``recompute(state_n) -> state_n_plus_1``; needed when ``step`` was not stored.
         out : optional
             Passed to :meth:`tiered.Cache.revisit` (read into your own arrays).
+        copy : bool
+            ``False``: read-only views of the cache's memory where possible (see
+            :meth:`tiered.Cache.revisit`); a consumed state's memory is freed once they are
+            all gone.
 
         Raises
         ------
@@ -108,7 +113,7 @@ class Checkpointer:
             self.cache.hint([self.key(s) for s in sorted(self._stored, reverse=True)])
         if step not in self._stored:
             self._recompute_to(step, recompute)
-        value = self.cache.revisit(self.key(step), out=out)
+        value = self.cache.revisit(self.key(step), out=out, copy=copy)
         if self.consume:
             self.discard(step)
         return value

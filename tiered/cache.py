@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
 from tiered.movers import leaf_checksums, read_persistent, staging_buffer
-from tiered.payload import check_out, read_leaves, write_leaves
+from tiered.payload import borrow_leaves, can_borrow, check_out, read_leaves, write_leaves
 from tiered.policies.base import EventContext, PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
@@ -159,7 +160,7 @@ class Cache(PrefetchEngine):
         self._delete(doomed)
 
     # ----------------------------------------------------------------- revisit
-    def revisit(self, key: Key, *, out: Any = None) -> Any:
+    def revisit(self, key: Key, *, out: Any = None, copy: bool = True) -> Any:
         """Return the value stored under ``key``, from the fastest tier holding it.
 
         Parameters
@@ -170,6 +171,13 @@ class Cache(PrefetchEngine):
             Contiguous arrays shaped like the stored value to copy it into (no allocation).
             The value returned holds ``out``'s arrays (it is ``out`` for a single array) and
             the stored scalars. Without it the value is a fresh copy.
+        copy : bool
+            ``False``: when the value sits in a host memory tier and all its arrays are
+            numpy arrays, return read-only views of the cache's memory instead of copies
+            (no copy at all). That memory stays pinned (never evicted, and freed only after
+            a :meth:`discard`) until every returned array and every view of one is garbage
+            collected: drop them before storing much more. Elsewhere a copy is returned as
+            usual. Not with ``out``.
 
         Raises
         ------
@@ -184,6 +192,9 @@ class Cache(PrefetchEngine):
         self._raise_errors()
         key = canonical_key(key)
         into = None
+        if out is not None and not copy:
+            raise ValueError("revisit: out= copies into your arrays; it cannot go with "
+                             "copy=False")
         if out is not None:
             out_meta, into = flatten(out)
             with self._cond:
@@ -192,27 +203,52 @@ class Cache(PrefetchEngine):
         self._await_prefetch(key)
         with self._cond:
             entry = self._lookup(key)
-            copy = entry.fastest()
-            copy.pins += 1
+            where = entry.fastest()
+            where.pins += 1
             entry.consumed = True
-            from_disk = not isinstance(self._tiers[copy.tier], MemoryTier)
+            from_disk = not isinstance(self._tiers[where.tier], MemoryTier)
             self._demand_reads += from_disk
             self._signal("revisit", key, nbytes=entry.meta.nbytes)
             self._storing = False
             self._kick()
+        borrowed = False
         try:
-            if not from_disk:
-                leaves = self._read_memory(entry, copy, into)
+            if not from_disk and not copy and self._can_borrow(entry, where):
+                leaves = self._borrow_memory(entry, where)
+                borrowed = True
+            elif not from_disk:
+                leaves = self._read_memory(entry, where, into)
             else:
-                leaves = self._read_persistent(entry, copy, into)
+                leaves = self._read_persistent(entry, where, into)
                 with self._cond:
                     self._stats.stall_s += time.perf_counter() - started
         finally:
-            with self._cond:
-                self._demand_reads -= from_disk
-                doomed = self._unpin(entry, copy)
-            self._delete(doomed)
+            if not borrowed:  # a borrowed copy stays pinned until its views are gone
+                self._release(entry, where, demand=from_disk)
         return unflatten(entry.meta.spec, leaves)
+
+    def _release(self, entry: Entry, where: Copy, *, demand: bool = False) -> None:
+        """Unpin the copy a revisit read (or lent out) and delete what that frees."""
+        with self._cond:
+            self._demand_reads -= demand
+            doomed = self._unpin(entry, where)
+        self._delete(doomed)
+
+    def _can_borrow(self, entry: Entry, where: Copy) -> bool:
+        t = self._tiers[where.tier]
+        assert isinstance(t, MemoryTier) and where.extent is not None
+        return can_borrow(t.region(where.extent, entry.meta.nbytes), entry.meta)
+
+    def _borrow_memory(self, entry: Entry, where: Copy) -> list[Any]:
+        """Lend read-only views of a host copy; it is unpinned when they are all gone."""
+        t = self._tiers[where.tier]
+        assert isinstance(t, MemoryTier) and where.extent is not None
+        leaves, owner = borrow_leaves(t.region(where.extent, entry.meta.nbytes), entry.meta)
+        with self._cond:
+            self._served(entry, where)
+            self._stats.borrowed += 1
+        weakref.finalize(owner, self._release, entry, where).atexit = False
+        return leaves
 
     def _lookup(self, key: Key) -> Entry:
         entry = self._index.get(key)
@@ -248,12 +284,16 @@ class Cache(PrefetchEngine):
         assert isinstance(t, MemoryTier) and copy.extent is not None
         leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta, into)
         with self._cond:
-            self._hit(entry, copy.tier)
-            if copy.prefetched and not copy.used:
-                self._stats.prefetch_hits += 1
-                self._ahead -= 1
-            copy.used = True
+            self._served(entry, copy)
         return leaves
+
+    def _served(self, entry: Entry, copy: Copy) -> None:
+        """Count a revisit answered from a memory copy (under the lock)."""
+        self._hit(entry, copy.tier)
+        if copy.prefetched and not copy.used:
+            self._stats.prefetch_hits += 1
+            self._ahead -= 1
+        copy.used = True
 
     def _read_persistent(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
         """Read a verified copy, trying deeper copies if one is corrupt; maybe promote."""

@@ -121,6 +121,39 @@ def read_leaves(region: Any, meta: ValueMeta, into: list[Any] | None = None) -> 
     return into
 
 
+class _Borrowed:
+    """Owner of read-only views into a host region: numpy makes it their ``base``.
+
+    While any view (or a view of a view) is alive, so is this object; a
+    :func:`weakref.finalize` on it tells the cache when the last one is gone.
+    """
+
+    def __init__(self, region: np.ndarray) -> None:
+        self._region = region  # keeps the tier's mapping alive under the views
+        self.__array_interface__ = {"shape": (len(region),), "typestr": "|u1", "version": 3,
+                                    "data": (region.ctypes.data, True)}  # read-only
+
+
+def can_borrow(region: Any, meta: ValueMeta) -> bool:
+    """Whether :func:`borrow_leaves` can view this payload (host region, numpy leaves)."""
+    return not is_torch_region(region) and all(leaf.kind != "torch" for leaf in meta.leaves)
+
+
+def borrow_leaves(region: np.ndarray, meta: ValueMeta) -> tuple[list[Any], object]:
+    """Return read-only views of every leaf of a host payload, and the views' owner.
+
+    Numpy scalars come back as values (copies). The owner lives as long as any view.
+    """
+    owner = _Borrowed(region)
+    base = np.asarray(owner)
+    leaves: list[Any] = []
+    for leaf in meta.leaves:
+        view = base[leaf.offset: leaf.offset + leaf.nbytes].view(
+            np.dtype(leaf.dtype)).reshape(leaf.shape)
+        leaves.append(view[()] if leaf.kind == "npscalar" else view)
+    return leaves, owner
+
+
 def check_out(meta: ValueMeta, out_meta: ValueMeta, arrays: list[Any]) -> None:
     """Check that ``out`` (flattened) can receive a value of ``meta`` in place.
 

@@ -30,7 +30,8 @@ class CacheStats:
     tier, or waiting for an in-flight prefetch). ``prefetch_hits`` counts revisits served by
     a prefetched copy; ``late_prefetches`` revisits that waited for one still in flight (for
     ``late_prefetch_wait_s`` in all); ``wasted_prefetches`` prefetched copies evicted or
-    dropped before any revisit used them.
+    dropped before any revisit used them; ``borrowed`` revisits answered with read-only
+    views (``copy=False``) rather than copies.
     """
 
     tiers: dict[str, TierStats]
@@ -44,6 +45,7 @@ class CacheStats:
     late_prefetches: int = 0
     late_prefetch_wait_s: float = 0.0
     wasted_prefetches: int = 0
+    borrowed: int = 0
     corrupt_reads: int = 0
     background_errors: int = 0
 

@@ -1,0 +1,98 @@
+"""revisit(copy=False): read-only views of host memory, pinned until the views are gone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from tiered.adapters.adjoint import Checkpointer
+
+import tiered
+
+MiB = 1 << 20
+
+
+def _state(i: int) -> np.ndarray:
+    return np.full((256, 1024), i, dtype=np.float32)  # 1 MiB
+
+
+def test_views_are_the_stored_value_read_only_and_counted(tmp_path):
+    value = {"u": np.arange(1000, dtype=">f8").reshape(10, 100), "t": 0.5,
+             "n": np.int64(7), "pair": (np.ones(3, np.int16), "x")}
+    with tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path)]) as cache:
+        cache.store("k", value)
+        got = cache.revisit("k", copy=False)
+        np.testing.assert_array_equal(got["u"], value["u"])
+        assert got["u"].dtype == value["u"].dtype and got["t"] == 0.5 and got["n"] == 7
+        assert got["pair"][1] == "x" and got["pair"][0].tolist() == [1, 1, 1]
+        with pytest.raises(ValueError, match="read-only"):
+            got["u"][0, 0] = 1.0
+        assert cache.stats().borrowed == 1
+        del got
+
+
+def test_a_borrowed_copy_stays_pinned_until_every_view_is_gone(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path)],
+                         eviction="lru")
+    cache.store(0, _state(0))
+    view = cache.revisit(0, copy=False)[::2]  # a view of the view keeps it alive too
+    for i in range(1, 12):  # pressure: 11 more states through 4 MiB of host memory
+        cache.store(i, _state(i))
+    cache.flush()
+    assert (view == 0).all()  # never evicted, never overwritten
+    assert "host" in cache.locate(0)
+    cache.discard(0)
+    host = cache.tiers[0]
+    used = host.used_bytes
+    del view  # the last view: the copy is unpinned and, being discarded, freed
+    assert host.used_bytes == used - MiB
+    for i in range(1, 12):
+        np.testing.assert_array_equal(cache.revisit(i), _state(i))
+    cache.close()
+
+
+def test_copies_where_a_view_is_not_possible(tmp_path):
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as cache:  # no memory tier
+        cache.store("a", _state(3))
+        got = cache.revisit("a", copy=False)
+        assert got.flags.writeable and (got == 3).all()
+    with tiered.Cache([tiered.HostTier(4 * MiB)]) as cache:  # torch leaves come back as tensors
+        cache.store("t", {"w": torch.ones(4), "u": _state(1)})
+        got = cache.revisit("t", copy=False)
+        assert isinstance(got["w"], torch.Tensor) and got["u"].flags.writeable
+        assert cache.stats().borrowed == 0
+
+
+def test_out_and_copy_false_do_not_go_together(tmp_path):
+    with tiered.Cache([tiered.HostTier(4 * MiB)]) as cache:
+        cache.store("a", _state(1))
+        with pytest.raises(ValueError, match="copy=False"):
+            cache.revisit("a", out=np.empty((256, 1024), np.float32), copy=False)
+
+
+def test_checkpointer_consumes_borrowed_states_and_frees_them(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(8 * MiB), tiered.DirectoryTier(tmp_path)],
+                         eviction="score", prefetch="reverse", write_back="lazy")
+    ckpt = Checkpointer(cache)
+    for step in range(20):
+        ckpt.store(step, _state(step))
+    total = 0.0
+    for step in reversed(range(20)):
+        u = ckpt.revisit(step, copy=False)  # the previous u is dropped here
+        total += float(u[0, 0])
+    assert total == sum(range(20))
+    assert cache.stats().borrowed > 0  # (a state read from disk comes back as a copy)
+    assert cache.tiers[0].used_bytes <= MiB  # at most the last state, still referenced
+    del u
+    assert cache.tiers[0].used_bytes == 0 and len(cache) == 0
+    cache.close()
+
+
+def test_views_outlive_the_cache(tmp_path):
+    cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path)])
+    cache.store("a", _state(5))
+    view = cache.revisit("a", copy=False)
+    cache.discard("a")
+    cache.close()
+    assert (view == 5).all()  # the mapping lives on under the view
+    del view  # the release after close neither raises nor touches freed memory
