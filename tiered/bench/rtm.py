@@ -243,5 +243,6 @@ def tiered_image(cfg: RTMConfig, data: np.ndarray, cache: Cache) -> np.ndarray:
 
     ckpt = Checkpointer(cache, name="rtm")
     forward_pass(cfg, ckpt.store)
-    buf = np.empty((cfg.nz, cfg.nx), dtype=np.float32)
-    return backward_pass(cfg, data, lambda n: ckpt.revisit(n, out=buf))
+    # read-only views of the host tier where the snapshot is there (no copy); each is
+    # freed when the backward step that used it lets go of it
+    return backward_pass(cfg, data, lambda n: ckpt.revisit(n, copy=False))
