@@ -79,6 +79,7 @@ class Cache(PrefetchEngine):
             If no tier can ever hold the value, or room did not appear in time.
         """
         self._check_open()
+        self._settle_returned()
         self._raise_errors()
         key = canonical_key(key)
         meta, arrays = flatten(value)
@@ -189,6 +190,7 @@ class Cache(PrefetchEngine):
             If every persistent copy fails verification (and no memory copy exists).
         """
         self._check_open()
+        self._settle_returned()
         self._raise_errors()
         key = canonical_key(key)
         into = None
@@ -228,7 +230,7 @@ class Cache(PrefetchEngine):
         return unflatten(entry.meta.spec, leaves)
 
     def _release(self, entry: Entry, where: Copy, *, demand: bool = False) -> None:
-        """Unpin the copy a revisit read (or lent out) and delete what that frees."""
+        """Unpin the copy a revisit read and delete what that frees."""
         with self._cond:
             self._demand_reads -= demand
             doomed = self._unpin(entry, where)
@@ -247,7 +249,9 @@ class Cache(PrefetchEngine):
         with self._cond:
             self._served(entry, where)
             self._stats.borrowed += 1
-        weakref.finalize(owner, self._release, entry, where).atexit = False
+        # the finalizer only queues the copy: it may run inside any thread's garbage
+        # collection, holding any lock; the next call into the cache unpins it
+        weakref.finalize(owner, self._returned.append, (entry, where)).atexit = False
         return leaves
 
     def _lookup(self, key: Key) -> Entry:
@@ -373,6 +377,7 @@ class Cache(PrefetchEngine):
         and :meth:`close` wait for that).
         """
         self._check_open()
+        self._settle_returned()
         key = canonical_key(key)
         with self._cond:
             entry = self._lookup(key)
@@ -396,6 +401,7 @@ class Cache(PrefetchEngine):
             If ``timeout`` seconds pass first.
         """
         self._check_open()
+        self._settle_returned()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._cond:
@@ -432,6 +438,7 @@ class Cache(PrefetchEngine):
 
     def stats(self) -> CacheStats:
         """Return a snapshot of the counters (per tier and overall)."""
+        self._settle_returned()
         with self._cond:
             for tier in self._tiers:
                 self._stats.tiers[tier.name].used_bytes = tier.used_bytes

@@ -6,6 +6,7 @@ lock); nothing holds it across I/O or ``Future.result()``.
 
 from __future__ import annotations
 
+import collections
 import copy as _copy
 import logging
 import threading
@@ -94,6 +95,8 @@ class EngineCore:
         self._deleter = Lane("delete")  # discarded files go in the background
         self._deleting = 0  # deletions queued or running
         self._pending = Pending(len(tiers))  # lazy write-back: stores not yet draining
+        # copies lent out as views (revisit(copy=False)) whose views are all gone
+        self._returned: collections.deque[tuple[Entry, Copy]] = collections.deque()
 
     # ----------------------------------------------------------------- small helpers
     def _tick(self) -> float:
@@ -196,6 +199,17 @@ class EngineCore:
         self._cond.notify_all()
         return doomed
 
+    def _settle_returned(self) -> None:
+        """Unpin the lent copies whose views are all gone (with or without the lock held)."""
+        if not self._returned:
+            return
+        doomed: list[tuple[int, Record]] = []
+        with self._cond:
+            while self._returned:
+                entry, copy = self._returned.popleft()
+                doomed += self._unpin(entry, copy)
+        self._delete(doomed)
+
     def _delete(self, doomed: Sequence[tuple[int, Record]], *, now: bool = False) -> None:
         """Delete persistent records: on the delete lane, or here when ``now``.
 
@@ -290,6 +304,9 @@ class EngineCore:
             if extent is not None:
                 return extent
             if self._evict_one(tier, nbytes, limit) is not False:
+                continue
+            if self._returned:  # lent copies given back since: unpin them and look again
+                self._settle_returned()
                 continue
             if not wait:
                 return None
