@@ -177,8 +177,9 @@ class Cache(PrefetchEngine):
             numpy arrays, return read-only views of the cache's memory instead of copies
             (no copy at all). That memory stays pinned (never evicted, and freed only after
             a :meth:`discard`) until every returned array and every view of one is garbage
-            collected: drop them before storing much more. Elsewhere a copy is returned as
-            usual. Not with ``out``.
+            collected, and the next call into the cache (or a store waiting for room)
+            takes it back: drop them before storing much more. Elsewhere a copy is
+            returned as usual. Not with ``out``.
 
         Raises
         ------
