@@ -34,6 +34,16 @@ def test_views_are_the_stored_value_read_only_and_counted(tmp_path):
         del got
 
 
+def test_empty_arrays_and_scalar_only_values():
+    with tiered.Cache([tiered.HostTier(MiB)]) as cache:
+        cache.store("e", np.zeros((0, 3), np.float32))
+        cache.store("s", {"a": 1, "b": "x"})
+        cache.store("z", np.float64(3.5))
+        assert cache.revisit("e", copy=False).shape == (0, 3)
+        assert cache.revisit("s", copy=False) == {"a": 1, "b": "x"}
+        assert cache.revisit("z", copy=False) == np.float64(3.5)
+
+
 def test_a_borrowed_copy_stays_pinned_until_every_view_is_gone(tmp_path):
     cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(tmp_path)],
                          eviction="lru")
