@@ -216,9 +216,9 @@ class Cache(PrefetchEngine):
             self._kick()
         borrowed = False
         try:
-            if not from_disk and not copy and self._can_borrow(entry, where):
-                leaves = self._borrow_memory(entry, where)
-                borrowed = True
+            lent = None if from_disk or copy else self._borrow_memory(entry, where)
+            if lent is not None:
+                leaves, borrowed = lent, True
             elif not from_disk:
                 leaves = self._read_memory(entry, where, into)
             else:
@@ -237,16 +237,17 @@ class Cache(PrefetchEngine):
             doomed = self._unpin(entry, where)
         self._delete(doomed)
 
-    def _can_borrow(self, entry: Entry, where: Copy) -> bool:
-        t = self._tiers[where.tier]
-        assert isinstance(t, MemoryTier) and where.extent is not None
-        return can_borrow(t.region(where.extent, entry.meta.nbytes), entry.meta)
+    def _borrow_memory(self, entry: Entry, where: Copy) -> list[Any] | None:
+        """Lend read-only views of a memory copy (``None`` where views are not possible).
 
-    def _borrow_memory(self, entry: Entry, where: Copy) -> list[Any]:
-        """Lend read-only views of a host copy; it is unpinned when they are all gone."""
+        The copy stays pinned; it is unpinned after its views are all gone.
+        """
         t = self._tiers[where.tier]
         assert isinstance(t, MemoryTier) and where.extent is not None
-        leaves, owner = borrow_leaves(t.region(where.extent, entry.meta.nbytes), entry.meta)
+        region = t.region(where.extent, entry.meta.nbytes)
+        if not can_borrow(region, entry.meta):
+            return None
+        leaves, owner = borrow_leaves(region, entry.meta)
         with self._cond:
             self._served(entry, where)
             self._stats.borrowed += 1
