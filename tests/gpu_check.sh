@@ -1,57 +1,37 @@
 #!/usr/bin/env bash
 # GPU check, for a session lent a CUDA machine (the `device` tool), run from the repository
 # root there. Everything else in tests/ runs the device tier on torch's CPU device; this
-# runs the CUDA paths for real and measures one capture and one drain against torch's own
-# copies. That machine's python3 holds a CUDA torch, numpy, h5py and xxhash but nothing
-# can be fetched there: carry cachetools as a wheel, made here with
-#   pip download --no-deps -d .gpu-wheels cachetools
-# and run:  bash tests/gpu_check.sh   (with carry=[".gpu-wheels"]); results go to $OUT.
+# runs the tier tests with the device tier on CUDA, the CUDA-only tests, and
+# tests/gpu_measure.py (capture / drain / revisit against torch's own copies).
+#
+# That machine's python3 holds a CUDA torch, numpy, h5py and xxhash, but nothing can be
+# fetched there. Make the wheels here, then run with carry=[".gpu-wheels"]:
+#   rm -rf .gpu-wheels && python -m build -q --wheel --outdir .gpu-wheels . &&
+#   pip download -q --no-deps --only-binary=:all: -d .gpu-wheels \
+#       cachetools==8.0.2 checkpoint_schedules==1.0.4
+#   bash tests/gpu_check.sh            # results (pytest log, JSON) go to $OUT
+# The tests run from a copy of tests/ outside the checkout, against the wheel, as in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
 out=${OUT:-$(mktemp -d)}
-python3 -m pip install -q --no-deps --no-index --find-links .gpu-wheels cachetools
-python3 -m pip install -q --no-deps --no-build-isolation -e .
-python3 -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
-print(torch.__version__, torch.cuda.get_device_name())" | tee "$out/device.txt"
+site=$(mktemp -d)
+python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" .gpu-wheels/*.whl
+export PYTHONPATH=$site PYTHONUNBUFFERED=1
+work=$(mktemp -d)
+cp -r tests "$work/tests"
+printf '[pytest]\naddopts = -ra --strict-markers\nmarkers =\n    slow: longer tests\n' \
+    > "$work/pytest.ini"
+cd "$work"
+python3 -c "import tiered, torch; assert torch.cuda.is_available(), 'no CUDA device'; \
+print(torch.__version__, torch.cuda.get_device_name(), tiered.__file__)" | tee "$out/device.txt"
 set +e
-TIERED_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_device.py \
-    tests/test_roundtrip.py 2>&1 | tee "$out/pytest.log"
+TIERED_TEST_DEVICE=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_device.py tests/test_roundtrip.py tests/test_adjoint.py tests/test_borrow.py \
+    2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
+timeout 180 python3 tests/gpu_measure.py "$out/measure.json" --gib 1 2>&1 | tee "$out/measure.log"
+mrc=${PIPESTATUS[0]}
 set -e
-python3 - "$out/capture.json" <<'PY'
-import json, sys, time
-import torch
-import tiered
-
-n = 1 << 30  # 1 GiB of float32 on the GPU
-src = torch.rand(n // 4, device="cuda")
-dst = torch.empty_like(src)
-pinned = torch.empty(n // 4, pin_memory=True)
-
-
-def best(fn, repeat=5):
-    times = []
-    for _ in range(repeat):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-copy_d2d = best(lambda: dst.copy_(src))
-copy_d2h = best(lambda: pinned.copy_(src))
-cache = tiered.Cache([tiered.DeviceTier(2 * n), tiered.HostTier(2 * n)])
-store = best(lambda: cache.store("x", src))
-drain = best(lambda: (cache.store("x", src), cache.flush()))
-back = best(lambda: cache.revisit("x", out=dst))
-assert torch.equal(dst, src)
-cache.close()
-rows = {"gib": n / 2**30, "copy_d2d_s": copy_d2d, "store_s": store, "store_vs_copy": store / copy_d2d,
-        "copy_d2h_pinned_s": copy_d2h, "store_and_drain_s": drain,
-        "drain_vs_pinned_copy": (drain - store) / copy_d2h, "revisit_s": back}
-json.dump(rows, open(sys.argv[1], "w"), indent=1)
-print(json.dumps(rows, indent=1))
-PY
-exit "$rc"
+echo "pytest rc=$rc measure rc=$mrc (from $root)"
+[ "$rc" -eq 0 ] && [ "$mrc" -eq 0 ]

@@ -30,3 +30,31 @@ def test_cuda_tensor_comes_back_on_cuda(tmp_path):
         c.flush()
         got = c.revisit("g")
     assert got.device.type == "cuda" and torch.equal(got, value)
+
+
+def test_host_tier_is_pageable_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the host tier pins by default here")
+    tier = tiered.HostTier("1MiB")  # torch is imported, but it sees no CUDA device
+    assert not tier.pinned
+    with pytest.raises(tiered.TieredError, match="CUDA is not available"):
+        tiered.HostTier("1MiB", pinned=True)
+    tier.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_pinned_host_tier_round_trip_and_unlock():
+    tier = tiered.HostTier("64MiB")
+    assert tier.pinned and not tiered.HostTier("1MiB", pinned=False).pinned
+    value = {"w": torch.randn(1 << 20, device="cuda"), "n": torch.arange(5)}
+    with tiered.Cache([tier]) as c:
+        c.store("s", value)
+        got = c.revisit("s")
+        into = {"w": torch.empty_like(value["w"]), "n": torch.empty_like(value["n"])}
+        c.revisit("s", out=into)
+    assert got["w"].device.type == "cuda" and torch.equal(got["w"], value["w"])
+    assert torch.equal(into["w"], value["w"]) and torch.equal(into["n"], value["n"])
+    assert not tier.pinned  # close() unlocked it: locking the same range again succeeds
+    cudart = torch.cuda.cudart()
+    assert int(cudart.cudaHostRegister(tier._buf.ctypes.data, len(tier._buf), 1)) == 0
+    assert int(cudart.cudaHostUnregister(tier._buf.ctypes.data)) == 0
