@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, for a session lent a CUDA machine (the `device` tool), run from the repository
 # root there. Everything else in tests/ runs the device tier on torch's CPU device; this
-# runs the tier tests with the device tier on CUDA, the CUDA-only tests, and
-# tests/gpu_measure.py (capture / drain / revisit against torch's own copies).
+# runs the tier tests with the device tier on CUDA, the CUDA-only tests, the RTM with its
+# wavefields on the GPU, tests/gpu_measure.py (capture / drain / revisit against torch's own
+# copies) and `tiered bench adjoint --device cuda` (GPU snapshots, 6.25 GiB of history).
 #
 # That machine's python3 holds a CUDA torch, numpy, h5py and xxhash, but nothing can be
 # fetched there. Make the wheels here, then run with carry=[".gpu-wheels"]:
@@ -28,10 +29,18 @@ print(torch.__version__, torch.cuda.get_device_name(), tiered.__file__)" | tee "
 set +e
 TIERED_TEST_DEVICE=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
     tests/test_device.py tests/test_roundtrip.py tests/test_adjoint.py tests/test_borrow.py \
+    tests/test_rtm.py tests/test_units.py \
+    tests/test_bench_adjoint.py::test_device_rows_on_torch_tensors \
     2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 timeout 180 python3 tests/gpu_measure.py "$out/measure.json" --gib 1 2>&1 | tee "$out/measure.log"
 mrc=${PIPESTATUS[0]}
+bench=$root/.gpu-bench  # on the checkout's disk: /tmp may be memory-backed
+mkdir -p "$bench"
+df -T /tmp "$bench" | tee "$out/df.txt"
+timeout 300 python3 -m tiered.cli bench adjoint --device cuda --n 2048 --nt 400 --rounds 1 \
+    --workdir "$bench" --json "$out/adjoint-cuda.json" 2>&1 | tee "$out/adjoint-cuda.log"
+brc=${PIPESTATUS[0]}
 set -e
-echo "pytest rc=$rc measure rc=$mrc (from $root)"
-[ "$rc" -eq 0 ] && [ "$mrc" -eq 0 ]
+echo "pytest rc=$rc measure rc=$mrc bench rc=$brc (from $root)"
+[ "$rc" -eq 0 ] && [ "$mrc" -eq 0 ] && [ "$brc" -eq 0 ]

@@ -68,3 +68,25 @@ def test_rounds_report_the_median_round(tmp_path: Path) -> None:
         assert len(walls) == 3 and row["wall_s"] == sorted(walls)[1]
         if row["name"] != "compute-only":
             assert row["image_identical"]
+
+
+def test_device_rows_on_torch_tensors(tmp_path: Path) -> None:
+    """``--device``: the rows a GPU code compares, with the wavefields as torch tensors
+    (on torch's CPU device here; tests/gpu_check.sh runs them on CUDA)."""
+    import os
+
+    from tiered.bench import adjoint, rtm
+
+    cfg = rtm.RTMConfig(nz=64, nx=64, nt=24, sponge=8,
+                        device=os.environ.get("TIERED_TEST_DEVICE", "cpu"))
+    rows = adjoint.run(cfg, workdir=tmp_path, rows=adjoint.DEVICE_ROWS)
+    assert {(r["regime"], r["name"]) for r in rows} == {
+        (regime, name) for regime in adjoint.REGIMES for name in adjoint.DEVICE_ROWS}
+    for row in rows:
+        assert FIELDS <= set(row), row["name"]
+        if row["name"] != "compute-only":
+            assert row["image_identical"], (row["regime"], row["name"])
+    tiered_row = next(r for r in rows if r["name"] == "tiered-reverse")
+    assert tiered_row["bytes_written"] > 0  # half the history left memory
+    with pytest.raises(ValueError, match="cannot run with device"):
+        adjoint.run(cfg, workdir=tmp_path, rows=("compute-only", "pyrevolve-memory"))

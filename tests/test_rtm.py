@@ -31,6 +31,37 @@ def test_small_rtm_image_is_bit_identical(tmp_path: Path, substeps: int) -> None
     assert len(cache) == 0  # every snapshot was consumed and discarded
 
 
+def test_torch_wavefields_through_a_device_tier(tmp_path: Path) -> None:
+    """The torch path (device="cpu" here; tests/gpu_check.sh runs "cuda"): GPU-style
+    snapshots pass a device tier, host memory and a directory, bit for bit."""
+    import os
+
+    device = os.environ.get("TIERED_TEST_DEVICE", "cpu")
+    cfg = dataclasses.replace(CFG, nt=120, device=device)
+    data = rtm.record(cfg)
+    np.testing.assert_allclose(data, rtm.record(dataclasses.replace(cfg, device=None)),
+                               atol=1e-4 * np.abs(data).max())  # the same scheme as numpy's
+    want = rtm.in_memory_image(cfg, data)
+    room = cfg.nt // 8 * (cfg.snapshot_bytes + 4096)
+    with tiered.Cache([tiered.DeviceTier(room, device=device), tiered.HostTier(room),
+                       tiered.DirectoryTier(tmp_path / "bb")], eviction="score",
+                      prefetch="reverse") as cache:
+        got = rtm.tiered_image(cfg, data, cache)
+        stats = cache.stats()
+    assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+    assert stats.tiers["directory"].bytes_in > 0 and stats.prefetch_hits > 0
+
+
+def test_bad_devices_are_refused() -> None:
+    import torch
+
+    with pytest.raises(ValueError, match="not a torch device"):
+        rtm.RTMConfig(device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            rtm.RTMConfig(device="cuda")
+
+
 def test_bad_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="substeps must be at least 1"):
         rtm.RTMConfig(substeps=0)

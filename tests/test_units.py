@@ -66,3 +66,21 @@ def test_eviction_orders_on_a_hand_checked_trace():
     assert lfu.victim({"a", "c"}, ctx=VictimContext()) == "c"
     lru = _drive(LRU(), [*trace, ("remove", "b")])
     assert lru.victim({"a", "c"}, ctx=VictimContext()) == "a"
+
+
+def test_lanes_reuse_one_staging_buffer_and_callers_get_fresh_ones():
+    from tiered.movers import REUSE_STAGING_MAX, Lane, staging_buffer
+
+    lane = Lane("staging-test")
+    try:
+        first = lane.submit(lambda: staging_buffer(1 << 20).ctypes.data).result()
+        again = lane.submit(lambda: staging_buffer(4096).ctypes.data).result()
+        grown = lane.submit(lambda: staging_buffer(2 << 20)).result()
+        big = lane.submit(lambda: len(staging_buffer(REUSE_STAGING_MAX + 1))).result()
+    finally:
+        lane.shutdown(cancel=False)
+    assert again == first  # the lane's buffer, reused (no page faults on the next transfer)
+    assert len(grown) == 2 << 20 and grown.ctypes.data % 4096 == 0
+    assert big == REUSE_STAGING_MAX + 1
+    a, b = staging_buffer(4096), staging_buffer(4096)  # the caller's thread: never shared
+    assert a.ctypes.data != b.ctypes.data

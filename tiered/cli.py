@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
                           "temporal Nyquist rate, as RTM codes do; 1 stores every step")
     adj.add_argument("--rounds", type=_positive, default=3,
                      help="rounds of every row, round-robin; the median round is reported")
+    adj.add_argument("--device", help="keep the wavefields on this torch device (e.g. cuda): "
+                                      "GPU snapshots, with a device tier above host memory")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
@@ -110,14 +112,16 @@ def _revisit(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
 def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any], list[str]]:
     from tiered.bench import adjoint, rtm
 
-    cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12) if args.quick else
-           rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps))
+    cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12, device=args.device) if args.quick
+           else rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps,
+                              device=args.device))
     rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds,
+                       rows=adjoint.ROWS if args.device is None else adjoint.DEVICE_ROWS,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
-                  "peak_rss_bytes", "bytes_written", "bytes_read", "device_read_bytes",
-                  "image_identical"]
+                  "peak_rss_bytes", *(["peak_device_bytes"] if args.device else []),
+                  "bytes_written", "bytes_read", "device_read_bytes", "image_identical"]
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import mmap
+import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -41,10 +43,40 @@ class Lane:
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
+REUSE_STAGING_MAX = 256 << 20  # a lane keeps one staging buffer up to this size
+_lane_local = threading.local()
+
+
 def staging_buffer(nbytes: int) -> np.ndarray:
-    """Return a fresh page-aligned host buffer (for paths with no host tier to land in)."""
+    """Return a page-aligned host buffer (for paths with no host tier to land in).
+
+    A background lane reuses one buffer (grown as needed, up to :data:`REUSE_STAGING_MAX`),
+    page-locked when torch is imported and sees a CUDA device, so device reads and writes
+    through it run at DMA speed and no transfer pays page faults. The caller must be done
+    with it before the lane's next transfer. Other threads, and larger payloads, get a
+    fresh buffer.
+    """
+    if nbytes > REUSE_STAGING_MAX or not threading.current_thread().name.startswith("tiered-"):
+        return _fresh_buffer(nbytes)
+    buf: np.ndarray | None = getattr(_lane_local, "staging", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _lane_local.staging = _pinned_buffer(nbytes)
+    return buf[:nbytes]
+
+
+def _fresh_buffer(nbytes: int) -> np.ndarray:
     mapping = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     return np.frombuffer(mapping, dtype=np.uint8)[:nbytes]
+
+
+def _pinned_buffer(nbytes: int) -> np.ndarray:
+    """Return a page-locked buffer from torch's host allocator with CUDA, else a fresh one."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return _fresh_buffer(nbytes)
+    # the array's base keeps the pinned tensor alive; freed to torch's cache with the lane
+    out: np.ndarray = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True).numpy()
+    return out
 
 
 def host_view(region: Any, nbytes: int) -> np.ndarray:

@@ -12,6 +12,12 @@ level (a quarter of the snapshot history), in two regimes:
 
 Each row starts after an ``os.sync()``, so that none is throttled by the dirty pages of the
 row before it.
+
+With ``RTMConfig.device`` set (``tiered bench adjoint --device cuda``) the wavefields live on
+that device and the rows are :data:`DEVICE_ROWS`: the recomputing peers are numpy-only, and
+``host-memory`` (``u.cpu()`` per snapshot, ``.to(device)`` back) is what a GPU code keeping
+its history in host memory writes. tiered then gets the budget twice, once in device memory
+(a ``DeviceTier``) and once in host memory (page-locked), above the directory tier.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "pyrevolve-disk", "schedules-multistage-numpy", "tiered-reverse",
         "tiered-reverse-dense", "tiered-multistage")
+DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "tiered-reverse")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -126,42 +133,56 @@ class NumpyLevel:
 
 # ---------------------------------------------------------------- rows
 def _compute_only(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
-    last: list[np.ndarray] = []
+    last: list[rtm.Array] = []
+    ops = b.cfg.ops
     t0 = time.perf_counter()
     rtm.forward_pass(b.cfg, lambda n, u: last.append(u) if n == b.cfg.nt - 1 else None)
+    ops.sync()
     t1 = time.perf_counter()
     fixed = last[0]
     image = rtm.backward_pass(b.cfg, data, lambda n: fixed)  # same arithmetic, no storage
     return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image}
 
 
-def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, np.ndarray], object],
-                load: Callable[[int], np.ndarray], timer: Timer) -> dict[str, Any]:
+def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, rtm.Array], object],
+                load: Callable[[int], rtm.Array], timer: Timer) -> dict[str, Any]:
     t0 = time.perf_counter()
     rtm.forward_pass(b.cfg, store)
+    b.cfg.ops.sync()  # device work queued by the forward pass counts towards it
     t1 = time.perf_counter()
-    image = rtm.backward_pass(b.cfg, data, timer.wrap(load))
+    image = rtm.backward_pass(b.cfg, data, timer.wrap(load))  # ends on the host
     return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image,
             "stall_s": timer.seconds}
 
 
 def _in_memory(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
-    snaps: list[np.ndarray] = []
-    return _store_load(b, data, lambda n, u: snaps.append(u.copy()), snaps.__getitem__,
-                       Timer())
+    snaps: list[rtm.Array] = []
+    return _store_load(b, data, lambda n, u: snaps.append(b.cfg.ops.clone(u)),
+                       snaps.__getitem__, Timer())
+
+
+def _host_memory(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    snaps: list[rtm.Array] = []
+    device = b.cfg.device
+    return _store_load(b, data, lambda n, u: snaps.append(u.to("cpu", copy=True)),
+                       lambda n: snaps[n].to(device), Timer())
 
 
 def _numpy(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
     root = b.workdir / "npy"
     root.mkdir()
-    return _store_load(b, data, lambda n, u: save_npy(root / f"{n}.npy", u, b.cold),
-                       lambda n: np.load(root / f"{n}.npy"), Timer())
+    ops = b.cfg.ops
+    return _store_load(b, data, lambda n, u: save_npy(root / f"{n}.npy", ops.numpy(u), b.cold),
+                       lambda n: ops.asarray(np.load(root / f"{n}.npy")), Timer())
 
 
 def _tiered_cache(b: AdjointBench, sparse: bool = True, **kw: Any) -> Any:
     import tiered
 
-    return tiered.Cache([tiered.HostTier(b.budget_bytes),
+    fast: list[tiered.MemoryTier] = [tiered.HostTier(b.budget_bytes)]
+    if b.cfg.device is not None:
+        fast.insert(0, tiered.DeviceTier(b.budget_bytes, device=b.cfg.device))
+    return tiered.Cache([*fast,
                          # a history is scratch: fsync files only where pages must be
                          # dropped, exactly as the np.save row does (no directory fsync),
                          # and write only what leaves memory
@@ -278,6 +299,7 @@ RUNNERS: dict[str, Callable[[AdjointBench, np.ndarray], dict[str, Any]]] = {
     "pyrevolve-memory": lambda b, d: _pyrevolve(b, d, disk=False),
     "pyrevolve-disk": lambda b, d: _pyrevolve(b, d, disk=True),
     "schedules-multistage-numpy": _schedules_numpy, "tiered-reverse": _tiered_reverse,
+    "host-memory": _host_memory,
     "tiered-reverse-dense": lambda b, d: _tiered_reverse(b, d, sparse=False),
     "tiered-multistage": _tiered_multistage,
 }
@@ -309,6 +331,10 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     row = RUNNERS[name](bench, data)
     wall = time.perf_counter() - started
     after = _io()
+    if (bench.cfg.device or "").startswith("cuda"):
+        import torch
+
+        row["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     np.save(bench.workdir.parent / f"image-{bench.regime}-{name.replace('/', '_')}.npy",
             row.pop("image"))
     return {"name": name, "regime": bench.regime, "wall_s": wall,
@@ -345,6 +371,10 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
     ratios to compute-only and np.save of the same regime. ``progress``, if given, gets
     one line per finished row (a full run takes minutes).
     """
+    allowed = DEVICE_ROWS if cfg.device is not None else ROWS
+    if unknown := [name for name in rows if name not in allowed]:
+        raise ValueError(f"rows {unknown} cannot run with device={cfg.device!r}; "
+                         f"choose from {allowed}")
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     total, done = rounds * len(REGIMES) * len(rows), 0
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:

@@ -29,7 +29,7 @@ def _cuda_runtime(pinned: bool | None) -> Any:
     ``pinned=None`` pins only when torch is already imported and sees a CUDA device (never
     imports torch itself); ``pinned=True`` insists.
     """
-    if pinned is False or (pinned is None and "torch" not in sys.modules):
+    if pinned is False or (pinned is None and sys.modules.get("torch") is None):
         return None
     try:
         import torch
