@@ -93,6 +93,48 @@ def host_only(src: torch.Tensor, pinned: bool, repeat: int) -> dict[str, float]:
             "revisit_host_fresh_s": fresh}
 
 
+def forward_loop(device: str, repeat: int, steps: int = 48, mib: int = 32) -> dict[str, float]:
+    """A forward pass in miniature: each step computes, then stores its state.
+
+    The device tier holds 8 states, so drains to host memory run throughout; with them on
+    side streams the loop should take about as long as its compute alone.
+    """
+    state = torch.rand(mib << 18, device=device)
+    work = torch.rand(64 << 18, device=device)
+
+    def compute() -> None:  # a few ms of elementwise kernels, like a stencil's steps
+        for _ in range(40):
+            work.mul_(0.999).add_(0.001)
+
+    def compute_only() -> None:
+        for _ in range(steps):
+            compute()
+
+    nbytes = state.numel() * 4 + 4096
+    cache = tiered.Cache([tiered.DeviceTier(8 * nbytes, device=device),
+                          host_tier(steps * nbytes, None)])
+
+    def loop() -> None:
+        for i in range(steps):
+            compute()
+            cache.store(i, state)
+
+    def drains() -> None:
+        for i in range(steps):
+            cache.store(i, state)
+        cache.flush()
+
+    try:
+        alone = best(compute_only, repeat)
+        looped = best(loop, repeat)
+        cache.flush()
+        drained = best(drains, repeat)
+    finally:
+        cache.close()
+    return {"forward_compute_s": alone, "forward_with_stores_s": looped,
+            "forward_stores_and_drains_alone_s": drained, "forward_vs_compute": looped / alone}
+
+
 def main() -> None:
     """Measure and write the JSON (see the module docstring)."""
     parser = argparse.ArgumentParser()
@@ -116,6 +158,7 @@ def main() -> None:
         rows[f"{tag}.drain_vs_torch"] = ((rows[f"{tag}.store_and_drain_s"]
                                           - rows[f"{tag}.store_device_s"]) / rows[limit])
     rows["store_device_vs_d2d"] = rows["pinned.store_device_s"] / rows["copy_d2d_s"]
+    rows.update(forward_loop(args.device, args.repeat))
     with open(args.json, "w") as f:
         json.dump(rows, f, indent=1)
     print(json.dumps(rows, indent=1))

@@ -7,6 +7,7 @@ lock); nothing holds it across I/O or ``Future.result()``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy as _copy
 import logging
 import threading
@@ -420,7 +421,8 @@ class EngineCore:
                 raise
         try:
             self._delete(doomed, now=True)  # the write below needs that room
-            new = self._transfer(entry, src, dst, extent)
+            with self._background(src.tier, dst):
+                new = self._transfer(entry, src, dst, extent)
         except BaseException:
             with self._cond:
                 self._writing[dst] -= reserved
@@ -459,6 +461,15 @@ class EngineCore:
                     self._kick()  # a clean copy is room a prefetch may use
             self._cond.notify_all()
         self._delete(doomed)
+
+    def _background(self, *tiers: int) -> contextlib.ExitStack[bool | None]:
+        """Enter the contexts a lane copies in for these tiers (a device tier's stream)."""
+        stack = contextlib.ExitStack()
+        for i in tiers:
+            t = self._tiers[i]
+            if isinstance(t, MemoryTier):
+                stack.enter_context(t.background())
+        return stack
 
     def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:
         """Move bytes from ``src`` into tier ``dst`` (no lock held)."""

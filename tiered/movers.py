@@ -19,7 +19,7 @@ import numpy as np
 
 from tiered.checksum import checksum
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
-from tiered.tiers.base import MemoryTier, PersistentTier, Record
+from tiered.tiers.base import LANE_PREFIX, MemoryTier, PersistentTier, Record, in_lane
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class Lane:
     def __init__(self, name: str, workers: int = 1) -> None:
         self.name = name
         self._pool = ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix=f"tiered-{name}")
+                                        thread_name_prefix=f"{LANE_PREFIX}{name}")
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue ``fn(*args)``; returns its future."""
@@ -56,7 +56,7 @@ def staging_buffer(nbytes: int) -> np.ndarray:
     with it before the lane's next transfer. Other threads, and larger payloads, get a
     fresh buffer.
     """
-    if nbytes > REUSE_STAGING_MAX or not threading.current_thread().name.startswith("tiered-"):
+    if nbytes > REUSE_STAGING_MAX or not in_lane():
         return _fresh_buffer(nbytes)
     buf: np.ndarray | None = getattr(_lane_local, "staging", None)
     if buf is None or len(buf) < nbytes:

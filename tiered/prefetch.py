@@ -132,7 +132,8 @@ class PrefetchEngine(EngineCore):
         try:
             source = self._tiers[src.tier]
             assert isinstance(source, PersistentTier) and src.record is not None
-            read_persistent(source, src.record, t.region(extent, entry.meta.nbytes))
+            with self._background(tier):
+                read_persistent(source, src.record, t.region(extent, entry.meta.nbytes))
         except Exception as exc:  # the demand read will report it (and try deeper copies)
             error = exc
             log.warning("prefetch of %r from %s failed: %s", entry.key,

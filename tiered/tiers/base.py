@@ -7,6 +7,9 @@ Call sequence for a memory tier (owned by one cache; the cache's metadata lock s
     region = tier.region(extent, nbytes) # a view; fill or read it outside any lock
     tier.free(extent)
 
+A background lane wraps its copies into or out of a memory tier in ``tier.background()``
+(a device tier runs them on a side stream there).
+
 Call sequence for a persistent tier (thread-safe for distinct objects)::
 
     record = tier.put(key, version, meta, region, checksums)  # durable on return
@@ -18,6 +21,7 @@ Call sequence for a persistent tier (thread-safe for distinct objects)::
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import json
 import logging
@@ -41,6 +45,12 @@ log = logging.getLogger(__name__)
 FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
 MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
+LANE_PREFIX = "tiered-"  # background lane threads are named so
+
+
+def in_lane() -> bool:
+    """Whether the calling thread is one of tiered's background lanes."""
+    return threading.current_thread().name.startswith(LANE_PREFIX)
 
 
 class Tier(abc.ABC):
@@ -113,6 +123,13 @@ class MemoryTier(Tier):
     @abc.abstractmethod
     def region(self, extent: Extent, nbytes: int) -> Any:
         """Return a writable 1-D uint8 view of the first ``nbytes`` of ``extent``."""
+
+    def background(self) -> contextlib.AbstractContextManager[None]:
+        """Return the context a background lane copies into or out of this tier in.
+
+        Nothing for host memory; a device tier overrides it (see :class:`DeviceTier`).
+        """
+        return contextlib.nullcontext()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from tiered.arena import Extent
 from tiered.errors import TieredError
-from tiered.tiers.base import MemoryTier
+from tiered.tiers.base import MemoryTier, in_lane
 
 
 def _import_torch() -> Any:
@@ -33,6 +36,14 @@ class DeviceTier(MemoryTier):
     ------
     TieredError
         If the device is a CUDA device and CUDA is not available.
+
+    Notes
+    -----
+    On CUDA, background copies (drains out, prefetches in) run on a side stream per lane,
+    so they overlap the caller's kernels instead of queueing between them. Each one first
+    waits for the work callers had queued when it starts (on every stream they captured or
+    revisited on), which orders it after the capture it drains and after any read of the
+    memory it overwrites; it synchronises its stream before the copy counts as done.
     """
 
     def __init__(self, capacity: int | str = "1GiB", *, device: str = "cuda",
@@ -49,10 +60,34 @@ class DeviceTier(MemoryTier):
                                 device=self.device)
         if self.device.type == "cpu":
             self._buf.zero_()  # pre-fault, as the host tier does
+        self._cuda = self.device.type == "cuda"
+        self._callers: set[Any] = set()  # the streams callers copied in or out on
+        self._lanes: dict[int, Any] = {}  # a side stream per lane thread
 
     def region(self, extent: Extent, nbytes: int) -> Any:
         """Return the uint8 tensor view of an extent."""
+        if self._cuda and not in_lane():
+            self._callers.add(_import_torch().cuda.current_stream(self.device))
         return self._buf[extent.offset: extent.offset + nbytes]
+
+    @contextlib.contextmanager
+    def background(self) -> Iterator[None]:
+        """Run a lane's copies on its side stream, after the callers' queued work."""
+        if not self._cuda:
+            yield
+            return
+        torch = _import_torch()
+        ident = threading.get_ident()
+        side = self._lanes.get(ident)
+        if side is None:
+            side = self._lanes[ident] = torch.cuda.Stream(device=self.device)
+        with torch.cuda.stream(side):
+            for caller in list(self._callers):
+                side.wait_stream(caller)
+            try:
+                yield
+            finally:
+                side.synchronize()
 
     def synchronize(self) -> None:
         """Wait for queued copies on this device (no-op on the CPU)."""
