@@ -38,7 +38,7 @@ mrc=${PIPESTATUS[0]}
 bench=$root/.gpu-bench  # on the checkout's disk: /tmp may be memory-backed
 mkdir -p "$bench"
 df -T /tmp "$bench" | tee "$out/df.txt"
-timeout 300 python3 -m tiered.cli bench adjoint --device cuda --n 2048 --nt 400 --rounds 1 \
+timeout 300 python3 -m tiered.cli bench adjoint --device cuda --n 2048 --nt 400 --rounds 2 \
     --workdir "$bench" --json "$out/adjoint-cuda.json" 2>&1 | tee "$out/adjoint-cuda.log"
 brc=${PIPESTATUS[0]}
 set -e

@@ -170,11 +170,18 @@ def test_parallel_writers_respect_a_bounded_directory_tier(tmp_path):
     assert 0 < peak[0] <= disk.capacity_bytes
 
 
-def test_writers_is_validated(tmp_path):
+def test_writers_and_readers_are_validated(tmp_path):
+    from tiered.tiers.base import spare_cores
+
     with pytest.raises(ValueError, match="writers"):
         tiered.DirectoryTier(tmp_path, writers=0)
-    assert tiered.DirectoryTier(tmp_path / "a", sync=False).writers == 1
+    with pytest.raises(ValueError, match="readers"):
+        tiered.DirectoryTier(tmp_path, readers=True)
+    unsynced = tiered.DirectoryTier(tmp_path / "a", sync=False)
+    assert unsynced.writers == unsynced.readers == spare_cores()
+    assert 1 <= spare_cores() <= 4 and spare_cores(limit=1) == 1
     assert tiered.DirectoryTier(tmp_path / "b").writers == 4
+    assert tiered.DirectoryTier(tmp_path / "c", readers=2).readers == 2
 
 
 def _clean_from_scratch(cache: tiered.Cache) -> list[set]:

@@ -237,3 +237,51 @@ def test_advise_reads_a_dropped_object_back_into_the_page_cache(tmp_path):
         time.sleep(0.01)
     assert _resident_pages(record.path) > 0
     tier.advise(dataclasses.replace(record, path=tmp_path / "missing"))  # advisory: no error
+
+
+class CountingDirectoryTier(tiered.DirectoryTier):
+    """A real directory tier that records how many of its reads overlap (each made slow)."""
+
+    def __init__(self, path: Path, **kw: Any) -> None:
+        super().__init__(path, name="counting", **kw)
+        self._lock = threading.Lock()
+        self.now = self.most = 0
+        self.threads: set[str] = set()
+
+    def _read_payload(self, record: Record, region: np.ndarray) -> None:
+        name = threading.current_thread().name
+        lane = name.startswith("tiered-read")  # demand reads run in the caller, beside these
+        with self._lock:
+            self.now += lane
+            self.most = max(self.most, self.now)
+            self.threads.add(name)
+        try:
+            time.sleep(0.02)  # a slow file system: reads that could overlap, do
+            super()._read_payload(record, region)
+        finally:
+            with self._lock:
+                self.now -= lane
+
+
+def test_several_readers_prefetch_at_once_and_return_the_right_values(tmp_path: Path) -> None:
+    n = 24
+    tier = CountingDirectoryTier(tmp_path, readers=3)
+    cache = cold_cache(tmp_path, slots=8, n=n, tier=tier, prefetch="reverse",
+                       prefetch_depth=8)
+    # one stored object flipped on disk: its prefetch fails, the revisit reports it
+    bad = next(p for p in tmp_path.iterdir() if p.name.startswith("5~"))
+    raw = bytearray(bad.read_bytes())
+    raw[100] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    cache.hint(reversed(range(n)))
+    for i in reversed(range(n)):
+        if i == 5:
+            with pytest.raises(tiered.CorruptDataError):
+                cache.revisit(i)
+            continue
+        assert np.array_equal(cache.revisit(i), state(i))
+        cache.discard(i)
+    stats = cache.stats()
+    cache.close(drain=False)
+    assert stats.prefetch_hits >= n // 2
+    assert 1 < tier.most <= 3, "prefetch reads never overlapped, or more than 3 did"

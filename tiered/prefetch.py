@@ -5,7 +5,9 @@ asks the predictor for the coming revisits (as many bytes as the memory tiers ho
 brings up the first one that is only on a persistent tier, into the fastest memory tier
 with room, evicting only clean copies forecast to be needed *later* than the one it brings,
 and asks the kernel to read the next few such objects ahead (``POSIX_FADV_WILLNEED``), so
-that the device has several reads in flight while the pump reads one at a time.
+that the device has several reads in flight. The pump reads one object at a time itself,
+or, where a persistent tier allows several readers (a directory on a machine with cores to
+spare), hands up to that many reads at once to a pool of reader threads.
 It stands aside while a revisit reads from disk (demand first), while a ``store`` waits
 for room and through a run of stores (captures first), and it never touches dirty data.
 """
@@ -75,13 +77,18 @@ class PrefetchEngine(EngineCore):
                         continue
                     self._pump_running = False
                     return
-            self._fetch(*job)
+                self._reading += 1
+            if self._read_lane is None:
+                self._fetch(*job)
+            else:
+                self._read_lane.submit(self._fetch, *job)
 
     def _next_job(self) -> Job | None:
         """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
         while (self._demand_reads or self._store_waiters) and not self._closed:
             self._cond.wait(_YIELD_S)
-        if self._closed or self._ahead >= self._config.prefetch_depth:
+        if (self._closed or self._ahead >= self._config.prefetch_depth
+                or self._reading >= self._readers):
             return None
         budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
         total = 0
@@ -147,6 +154,9 @@ class PrefetchEngine(EngineCore):
                 else:
                     t.free(extent)
                 doomed = self._unpin(entry, src)
+                self._reading -= 1
+                if self._read_lane is not None:
+                    self._kick()  # a reader is free: the pump may hand it the next read
             if error is None:
                 future.set_result(None)
             else:

@@ -53,6 +53,18 @@ def in_lane() -> bool:
     return threading.current_thread().name.startswith(LANE_PREFIX)
 
 
+def spare_cores(limit: int = 4) -> int:
+    """Background threads worth running at once: half this process's cores, 1 to ``limit``.
+
+    A 2-core machine gets 1 (the caller's compute keeps a core); a 16-core GPU node 4.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 2
+    return max(1, min(limit, cores // 2))
+
+
 class Tier(abc.ABC):
     """A level of the hierarchy: capacity accounting, ``close`` and a context manager."""
 
@@ -224,6 +236,7 @@ class PersistentTier(Tier):
 
     persistent = True
     writers = 1  # objects the engine may write here at once (a hint for its lane)
+    readers = 1  # objects the prefetcher may read from here at once
     suffix: ClassVar[str] = ".bin"
 
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,

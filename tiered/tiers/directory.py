@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tiered.checksum import checksum
-from tiered.tiers.base import PersistentTier, Record, pread_into, pwrite_all
+from tiered.tiers.base import PersistentTier, Record, pread_into, pwrite_all, spare_cores
 from tiered.values import ValueMeta
 
 MAGIC = b"TIERED01"
@@ -58,6 +58,12 @@ def data_runs(region: np.ndarray, block: int = HOLE_BYTES) -> list[tuple[int, in
     return list(zip(bounds[::2], bounds[1::2], strict=True))
 
 
+def _threads(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 class DirectoryTier(PersistentTier):
     """A node-local directory (burst buffer, local SSD, tmpfs), durable across restarts.
 
@@ -74,8 +80,13 @@ class DirectoryTier(PersistentTier):
     writers : int, optional
         Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
         ``drop_pages``: a device with several writes in flight took 0.63–0.67 GiB/s here
-        against 0.32–0.34 GiB/s one at a time), 1 otherwise (writes into the page cache are
-        CPU work, and more threads only contend for the cores).
+        against 0.32–0.34 GiB/s one at a time); otherwise half the cores, 1 to 4
+        (:func:`~tiered.tiers.base.spare_cores`: writes into the page cache are CPU work,
+        which on a 2-core machine would only contend with the caller's).
+    readers : int, optional
+        Objects the prefetcher reads from here at once (each read, checksum and copy up
+        runs on its own thread). Default: half the cores, 1 to 4 — on a 16-core GPU node a
+        single reader could not keep a backward pass fed.
     sparse : bool
         Leave aligned zero runs of at least :data:`HOLE_BYTES` unwritten, as file holes (the
         default). The early wavefields of a forward pass, fresh optimiser moments and padded
@@ -87,14 +98,14 @@ class DirectoryTier(PersistentTier):
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
                  name: str = "directory", drop_pages: bool = False, sync: bool = True,
-                 writers: int | None = None, sparse: bool = True) -> None:
+                 writers: int | None = None, readers: int | None = None,
+                 sparse: bool = True) -> None:
         super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
                          sync=sync)
         if writers is None:
-            writers = 4 if sync or drop_pages else 1
-        if not isinstance(writers, int) or isinstance(writers, bool) or writers < 1:
-            raise ValueError(f"writers must be a positive integer, got {writers!r}")
-        self.writers = writers
+            writers = 4 if sync or drop_pages else spare_cores()
+        self.writers = _threads("writers", writers)
+        self.readers = _threads("readers", spare_cores() if readers is None else readers)
         self.sparse = bool(sparse)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
