@@ -9,7 +9,7 @@ import pytest
 
 from tiered.cli import main
 
-FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "stall_s",
+FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
           "recomputed_steps", "peak_rss_bytes", "bytes_written", "bytes_read"}
 
 

@@ -118,7 +118,7 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
     rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds,
                        rows=adjoint.ROWS if args.device is None else adjoint.DEVICE_ROWS,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
-    return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "stall_s",
+    return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
                   "peak_rss_bytes", *(["peak_device_bytes"] if args.device else []),
                   "bytes_written", "bytes_read", "device_read_bytes", "image_identical"]

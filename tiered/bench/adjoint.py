@@ -337,8 +337,11 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
         row["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     np.save(bench.workdir.parent / f"image-{bench.regime}-{name.replace('/', '_')}.npy",
             row.pop("image"))
+    # setting up and closing (tiers' memory, a page-locked host tier) is in wall_s too
+    setup = wall - row["forward_s"] - row["backward_s"]
     return {"name": name, "regime": bench.regime, "wall_s": wall,
             "stall_s": row.pop("stall_s", 0.0), "recomputed_steps": 0, **row,
+            "setup_s": setup,
             "peak_rss_bytes": _peak_rss(),
             "bytes_written": after["wchar"] - before["wchar"],
             "bytes_read": after["rchar"] - before["rchar"],
