@@ -39,6 +39,8 @@ def test_host_tier_is_pageable_without_cuda():
     assert not tier.pinned
     with pytest.raises(tiered.TieredError, match="CUDA is not available"):
         tiered.HostTier("1MiB", pinned=True)
+    with pytest.raises(TypeError, match="True, False or None"):
+        tiered.HostTier("1MiB", pinned="yes")
     tier.close()
 
 
@@ -58,3 +60,45 @@ def test_pinned_host_tier_round_trip_and_unlock():
     cudart = torch.cuda.cudart()
     assert int(cudart.cudaHostRegister(tier._buf.ctypes.data, len(tier._buf), 1)) == 0
     assert int(cudart.cudaHostUnregister(tier._buf.ctypes.data)) == 0
+
+
+class StubRuntime:
+    """Stands in for ``torch.cuda.cudart()``: there is no CUDA device here to page-lock
+    memory with (tests/gpu_check.sh runs the real one). Records what is registered."""
+
+    def __init__(self, rc: int) -> None:
+        self.rc = rc
+        self.registered: dict[int, int] = {}
+
+    def cudaHostRegister(self, ptr: int, size: int, flags: int) -> int:  # noqa: N802
+        if self.rc == 0:
+            self.registered[ptr] = size
+        return self.rc
+
+    def cudaHostUnregister(self, ptr: int) -> int:  # noqa: N802
+        del self.registered[ptr]
+        return 0
+
+
+def test_host_tier_pins_once_unpins_at_close_and_reports_failures(monkeypatch, caplog):
+    from tiered.tiers import host
+
+    runtime = StubRuntime(0)
+    monkeypatch.setattr(host, "_cuda_runtime", lambda pinned: runtime)
+    tier = tiered.HostTier("1MiB")
+    assert tier.pinned and runtime.registered == {tier._buf.ctypes.data: 1 << 20}
+    with tiered.Cache([tier]) as c:  # the cache closes its tiers
+        c.store("k", torch.arange(6))
+        assert torch.equal(c.revisit("k"), torch.arange(6))
+    assert not tier.pinned and runtime.registered == {}
+    tier.close()  # idempotent: nothing unregistered twice
+
+    monkeypatch.setattr(host, "_cuda_runtime", lambda pinned: StubRuntime(2))
+    with caplog.at_level("WARNING", logger="tiered.tiers.host"):
+        assert not tiered.HostTier("1MiB").pinned  # the default falls back to pageable
+    assert "CUDA error 2" in caplog.text
+    with pytest.raises(tiered.TieredError, match="CUDA error 2"):
+        tiered.HostTier("1MiB", pinned=True)  # asked for: an error, not a silent fallback
+    monkeypatch.setattr(host, "_cuda_runtime", lambda pinned: object())
+    with pytest.raises(tiered.TieredError, match="cannot page-lock"):
+        tiered.HostTier("1MiB", pinned=True)

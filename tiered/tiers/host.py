@@ -29,6 +29,8 @@ def _cuda_runtime(pinned: bool | None) -> Any:
     ``pinned=None`` pins only when torch is already imported and sees a CUDA device (never
     imports torch itself); ``pinned=True`` insists.
     """
+    if pinned is not None and not isinstance(pinned, bool):
+        raise TypeError(f"HostTier(pinned=...) takes True, False or None, got {pinned!r}")
     if pinned is False or (pinned is None and sys.modules.get("torch") is None):
         return None
     try:
@@ -48,13 +50,17 @@ def _register(buf: np.ndarray, pinned: bool | None) -> Any:
     cudart = _cuda_runtime(pinned)
     if cudart is None or len(buf) == 0:
         return None
-    rc = int(cudart.cudaHostRegister(buf.ctypes.data, len(buf), 1))  # 1: portable
-    if rc == 0:
-        return cudart
+    if not hasattr(cudart, "cudaHostRegister"):  # a torch build without the binding
+        problem = "this torch build cannot page-lock memory (no cudaHostRegister)"
+    else:
+        rc = int(cudart.cudaHostRegister(buf.ctypes.data, len(buf), 1))  # 1: portable
+        if rc == 0:
+            return cudart
+        problem = (f"cudaHostRegister of {len(buf)} bytes failed with CUDA error {rc} "
+                   "(too much locked memory?)")
     if pinned:
-        raise TieredError(f"HostTier(pinned=True): cudaHostRegister of {len(buf)} bytes "
-                          f"failed with CUDA error {rc} (too much locked memory?)")
-    log.warning("host tier stays pageable: cudaHostRegister failed with CUDA error %d", rc)
+        raise TieredError(f"HostTier(pinned=True): {problem}")
+    log.warning("host tier stays pageable: %s", problem)
     return None
 
 
