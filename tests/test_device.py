@@ -102,3 +102,17 @@ def test_host_tier_pins_once_unpins_at_close_and_reports_failures(monkeypatch, c
     monkeypatch.setattr(host, "_cuda_runtime", lambda pinned: object())
     with pytest.raises(tiered.TieredError, match="cannot page-lock"):
         tiered.HostTier("1MiB", pinned=True)
+
+
+def test_an_unclosed_pinned_host_tier_unlocks_when_collected(monkeypatch):
+    import gc
+
+    from tiered.tiers import host
+
+    runtime = StubRuntime(0)  # no CUDA device here: see StubRuntime
+    monkeypatch.setattr(host, "_cuda_runtime", lambda pinned: runtime)
+    tier = tiered.HostTier("1MiB")
+    assert len(runtime.registered) == 1
+    del tier
+    gc.collect()
+    assert runtime.registered == {}  # unlocked before its mapping went away

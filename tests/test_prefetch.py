@@ -285,3 +285,48 @@ def test_several_readers_prefetch_at_once_and_return_the_right_values(tmp_path: 
     cache.close(drain=False)
     assert stats.prefetch_hits >= n // 2
     assert 1 < tier.most <= 3, "prefetch reads never overlapped, or more than 3 did"
+
+
+def test_each_tier_keeps_its_own_reader_limit(tmp_path: Path) -> None:
+    """A directory allowing 3 readers makes a pool; a deeper tier allowing 1 still gets one."""
+    n = 16
+    with tiered.Cache([tiered.HostTier(n * SLOT), tiered.DirectoryTier(tmp_path / "deep")]) as c:
+        for i in range(n):
+            c.store(i, state(i))
+    deep = CountingDirectoryTier(tmp_path / "deep", readers=1)
+    cache = tiered.Cache([tiered.HostTier(6 * SLOT),
+                          tiered.DirectoryTier(tmp_path / "bb", readers=3), deep],
+                         prefetch="reverse", prefetch_depth=8)
+    cache.hint(reversed(range(n)))  # everything is in the deep tier only
+    for i in reversed(range(n)):
+        assert np.array_equal(cache.revisit(i), state(i))
+        cache.discard(i)
+    stats = cache.stats()
+    cache.close(drain=False)
+    assert stats.prefetch_hits >= n // 2
+    assert deep.most == 1 and any(t.startswith("tiered-read") for t in deep.threads)
+
+
+def test_close_settles_every_prefetch_read_in_flight(tmp_path: Path) -> None:
+    """close() while reads are running or queued: each ends, and nothing stays reserved."""
+    n = 24
+    for attempt in range(3):
+        root = tmp_path / str(attempt)
+        tier = CountingDirectoryTier(root, readers=2)
+        cache = cold_cache(root, slots=12, n=n, tier=tier, prefetch="reverse",
+                           prefetch_depth=12)
+
+        def slow_delete(*args: Any, delete: Any = cache._delete, **kw: Any) -> None:
+            # a reader that has handed its slot back lingers here, so the pump's next
+            # read waits in the read lane's queue (white box: widens that window)
+            time.sleep(0.03)
+            delete(*args, **kw)
+
+        cache._delete = slow_delete  # type: ignore[method-assign]
+        cache.hint(reversed(range(n)))
+        wait_until(lambda tier=tier: tier.most >= 2)
+        time.sleep(0.01 * attempt)
+        cache.close(drain=False)
+        futures = [e.prefetch for e in cache._index.values() if e.prefetch is not None]
+        assert futures and all(f.done() for f in futures)  # white box: no waiter hangs
+        assert sum(cache._reading) == 0

@@ -434,8 +434,8 @@ class Cache(PrefetchEngine):
                 self._cond.notify_all()
             for lane in [self._prefetch_lane, *self._lanes.values()]:
                 lane.shutdown(cancel=True)
-            if self._read_lane is not None:  # after the pump: it is what feeds this lane
-                self._read_lane.shutdown(cancel=True)
+            if self._read_lane is not None:  # after the pump, which feeds it; a queued
+                self._read_lane.shutdown(cancel=False)  # read holds room: let it finish
             self._deleter.shutdown(cancel=False)  # what was discarded stays discarded
             for tier in self._tiers:
                 tier.close()

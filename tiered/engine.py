@@ -93,10 +93,14 @@ class EngineCore:
                        for i, t in enumerate(tiers) if i > 0}
         self._writing = [0] * len(tiers)  # bytes reserved by writes in flight, per tier
         self._prefetch_lane = Lane("prefetch")
-        # prefetch reads at once: the pump reads itself when 1, else hands reads to a pool
-        self._readers = max([getattr(t, "readers", 1) for t in tiers], default=1)
-        self._read_lane = Lane("read", self._readers) if self._readers > 1 else None
-        self._reading = 0  # prefetch reads in flight
+        # prefetch reads at once, per source tier: the pump reads itself while every tier
+        # allows one, else hands reads to a pool
+        self._readers = [getattr(t, "readers", 1) for t in tiers]
+        self._reading = [0] * len(tiers)  # prefetch reads in flight, per source tier
+        pool = sum(n for n, t in zip(self._readers, tiers, strict=True)
+                   if isinstance(t, PersistentTier))
+        self._read_lane = (Lane("read", pool) if max(self._readers, default=1) > 1
+                           else None)
         self._deleter = Lane("delete")  # discarded files go in the background
         self._deleting = 0  # deletions queued or running
         self._pending = Pending(len(tiers))  # lazy write-back: stores not yet draining

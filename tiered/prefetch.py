@@ -77,7 +77,7 @@ class PrefetchEngine(EngineCore):
                         continue
                     self._pump_running = False
                     return
-                self._reading += 1
+                self._reading[job[1].tier] += 1
             if self._read_lane is None:
                 self._fetch(*job)
             else:
@@ -87,8 +87,7 @@ class PrefetchEngine(EngineCore):
         """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
         while (self._demand_reads or self._store_waiters) and not self._closed:
             self._cond.wait(_YIELD_S)
-        if (self._closed or self._ahead >= self._config.prefetch_depth
-                or self._reading >= self._readers):
+        if self._closed or self._ahead >= self._config.prefetch_depth:
             return None
         budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
         total = 0
@@ -101,10 +100,12 @@ class PrefetchEngine(EngineCore):
             if entry.gone or entry.in_memory(self._memory) or (tried is not None and (
                     not tried.done() or tried.exception() is not None)):
                 continue  # up already, on its way, or failed once (the demand read reports)
+            src = entry.fastest()
+            if self._reading[src.tier] >= self._readers[src.tier]:
+                return None  # its tier's readers are busy: the next read waits for one
             for tier in self._memory:
                 extent = self._reserve(tier, entry.meta.nbytes, wait=False, limit=rank)
                 if extent is not None:
-                    src = entry.fastest()
                     src.pins += 1
                     future: Future[None] = Future()
                     entry.prefetch = future
@@ -133,7 +134,7 @@ class PrefetchEngine(EngineCore):
         """Read one entry into its reserved extent (no lock held) and land it."""
         t = self._tiers[tier]
         assert isinstance(t, MemoryTier)
-        error: Exception | None = None
+        error: BaseException | None = None
         for source_tier, record in ahead:  # the kernel reads these while we read this one
             source_tier.advise(record)
         try:
@@ -141,27 +142,40 @@ class PrefetchEngine(EngineCore):
             assert isinstance(source, PersistentTier) and src.record is not None
             with self._background(tier):
                 read_persistent(source, src.record, t.region(extent, entry.meta.nbytes))
-        except Exception as exc:  # the demand read will report it (and try deeper copies)
+        except BaseException as exc:  # the demand read will report it (and try deeper copies)
             error = exc
             log.warning("prefetch of %r from %s failed: %s", entry.key,
                         self._tiers[src.tier].name, exc)
+            if not isinstance(exc, Exception):
+                raise
         finally:
-            with self._cond:
+            try:
+                doomed = self._finish_fetch(entry, src, tier, extent, error)
+            finally:  # whatever happened, nobody waits on this prefetch beyond now
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+        self._delete(doomed)
+
+    def _finish_fetch(self, entry: Entry, src: Copy, tier: int, extent: Any,
+                      error: BaseException | None) -> list[tuple[int, Record]]:
+        """Land a read copy (or free its room), unpin its source; a reader is free again."""
+        with self._cond:
+            self._reading[src.tier] -= 1
+            try:
                 if error is None:
                     self._stats.prefetches += 1
                     self._tstats(tier).prefetches += 1
                     self._land(entry, Copy(tier, extent=extent, prefetched=True))
                 else:
+                    t = self._tiers[tier]
+                    assert isinstance(t, MemoryTier)
                     t.free(extent)
-                doomed = self._unpin(entry, src)
-                self._reading -= 1
+                return self._unpin(entry, src)
+            finally:
                 if self._read_lane is not None:
-                    self._kick()  # a reader is free: the pump may hand it the next read
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-        self._delete(doomed)
+                    self._kick()  # the pump may hand the free reader the next read
 
     def _land(self, entry: Entry, landing: Copy) -> None:
         """Add a copy read up from a persistent tier, unless it is no longer wanted."""

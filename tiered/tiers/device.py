@@ -58,6 +58,7 @@ class DeviceTier(MemoryTier):
         assert self.capacity_bytes is not None
         self._buf = torch.empty(max(self.capacity_bytes, 1), dtype=torch.uint8,
                                 device=self.device)
+        self.device = self._buf.device  # "cuda" -> "cuda:k": side streams go on this GPU
         if self.device.type == "cpu":
             self._buf.zero_()  # pre-fault, as the host tier does
         self._cuda = self.device.type == "cuda"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import mmap
 import sys
+import weakref
 from typing import Any
 
 import numpy as np
@@ -58,10 +60,32 @@ def _register(buf: np.ndarray, pinned: bool | None) -> Any:
             return cudart
         problem = (f"cudaHostRegister of {len(buf)} bytes failed with CUDA error {rc} "
                    "(too much locked memory?)")
+        _clear_cuda_error()
     if pinned:
         raise TieredError(f"HostTier(pinned=True): {problem}")
     log.warning("host tier stays pageable: %s", problem)
     return None
+
+
+def _clear_cuda_error() -> bool:
+    """Reset this thread's CUDA "last error" after a failed runtime call; whether it could.
+
+    torch checks that error after its next kernel launch and would blame the launch.
+    torch does not bind ``cudaGetLastError``: call it in the CUDA runtime torch loaded.
+    """
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart" in line}
+    except OSError:
+        paths = set()
+    for path in sorted(paths):
+        try:
+            ctypes.CDLL(path).cudaGetLastError()
+            return True
+        except (OSError, AttributeError):
+            continue
+    log.debug("could not reset the CUDA error state after a failed cudaHostRegister")
+    return False
 
 
 class HostTier(MemoryTier):
@@ -95,12 +119,17 @@ class HostTier(MemoryTier):
         assert self.capacity_bytes is not None
         self._map = _anonymous_map(self.capacity_bytes, prefault)
         self._buf = np.frombuffer(self._map, dtype=np.uint8)[: self.capacity_bytes]
-        self._cudart = _register(self._buf, pinned)
+        cudart = _register(self._buf, pinned)
+        # unlocked at close(), or when the tier is collected unclosed (before its mapping)
+        self._unlock = (None if cudart is None else
+                        weakref.finalize(self, cudart.cudaHostUnregister, self._buf.ctypes.data))
+        if self._unlock is not None:
+            self._unlock.atexit = False  # the process's end frees it; CUDA may be gone then
 
     @property
     def pinned(self) -> bool:
         """Whether the buffer is page-locked for CUDA copies."""
-        return self._cudart is not None
+        return self._unlock is not None and self._unlock.alive
 
     def region(self, extent: Extent, nbytes: int) -> np.ndarray:
         """Return the uint8 view of an extent."""
@@ -109,6 +138,9 @@ class HostTier(MemoryTier):
     def close(self) -> None:
         """Drop the buffer (views handed out keep the mapping alive until released)."""
         self.closed = True
-        if self._cudart is not None:  # the mapping may outlive us (views); unlock it now
-            self._cudart.cudaHostUnregister(self._buf.ctypes.data)
-            self._cudart = None
+        if self.pinned:  # the mapping may outlive us (views); unlock it now
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available():
+                torch.cuda.synchronize()  # a copy still reading this memory ends first
+            assert self._unlock is not None
+            self._unlock()
