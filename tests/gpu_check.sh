@@ -29,7 +29,7 @@ print(torch.__version__, torch.cuda.get_device_name(), tiered.__file__)" | tee "
 set +e
 TIERED_TEST_DEVICE=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
     tests/test_device.py tests/test_roundtrip.py tests/test_adjoint.py tests/test_borrow.py \
-    tests/test_rtm.py tests/test_units.py \
+    tests/test_rtm.py tests/test_units.py tests/test_prefetch.py \
     tests/test_bench_adjoint.py::test_device_rows_on_torch_tensors \
     2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
