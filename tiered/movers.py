@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,7 +18,14 @@ import numpy as np
 
 from tiered.checksum import checksum
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
-from tiered.tiers.base import LANE_PREFIX, MemoryTier, PersistentTier, Record, in_lane
+from tiered.tiers.base import (
+    LANE_PREFIX,
+    MemoryTier,
+    PersistentTier,
+    Record,
+    cuda_torch,
+    in_lane,
+)
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
@@ -71,8 +77,8 @@ def _fresh_buffer(nbytes: int) -> np.ndarray:
 
 def _pinned_buffer(nbytes: int) -> np.ndarray:
     """Return a page-locked buffer from torch's host allocator with CUDA, else a fresh one."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
+    torch = cuda_torch()
+    if torch is None:
         return _fresh_buffer(nbytes)
     # the array's base keeps the pinned tensor alive; freed to torch's cache with the lane
     out: np.ndarray = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True).numpy()

@@ -169,9 +169,7 @@ class PrefetchEngine(EngineCore):
                     self._tstats(tier).prefetches += 1
                     self._land(entry, Copy(tier, extent=extent, prefetched=True))
                 else:
-                    t = self._tiers[tier]
-                    assert isinstance(t, MemoryTier)
-                    t.free(extent)
+                    self._free_landing(Copy(tier, extent=extent))
                 return self._unpin(entry, src)
             finally:
                 if self._read_lane is not None:

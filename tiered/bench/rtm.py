@@ -23,6 +23,7 @@ keeping every snapshot in memory.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -69,9 +70,9 @@ class RTMConfig:
         """Bytes of one stored snapshot."""
         return self.nz * self.nx * 4
 
-    @property
+    @functools.cached_property
     def ops(self) -> Arrays:
-        """The array operations for this config's arrays."""
+        """The array operations for this config's arrays (made once per config)."""
         return Arrays(self.device)
 
 

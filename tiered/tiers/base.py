@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import random
+import sys
 import threading
 from pathlib import Path
 from typing import Any, ClassVar
@@ -51,6 +52,15 @@ LANE_PREFIX = "tiered-"  # background lane threads are named so
 def in_lane() -> bool:
     """Whether the calling thread is one of tiered's background lanes."""
     return threading.current_thread().name.startswith(LANE_PREFIX)
+
+
+def cuda_torch() -> Any:
+    """Return torch if it is already imported and sees a CUDA device, else ``None``.
+
+    Never imports torch itself: a numpy-only program does not pay for it.
+    """
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() else None
 
 
 def spare_cores(limit: int = 4) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import mmap
-import sys
 import weakref
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from tiered.arena import Extent
 from tiered.errors import TieredError
-from tiered.tiers.base import MemoryTier
+from tiered.tiers.base import MemoryTier, cuda_torch
 
 log = logging.getLogger(__name__)
 
@@ -28,23 +27,24 @@ def _anonymous_map(nbytes: int, prefault: bool) -> mmap.mmap:
 def _cuda_runtime(pinned: bool | None) -> Any:
     """Return torch's CUDA runtime bindings if the arena should be pinned, else ``None``.
 
-    ``pinned=None`` pins only when torch is already imported and sees a CUDA device (never
-    imports torch itself); ``pinned=True`` insists.
+    ``pinned=None`` pins only when torch is already imported and sees a CUDA device
+    (:func:`~tiered.tiers.base.cuda_torch`); ``pinned=True`` insists.
     """
     if pinned is not None and not isinstance(pinned, bool):
         raise TypeError(f"HostTier(pinned=...) takes True, False or None, got {pinned!r}")
-    if pinned is False or (pinned is None and sys.modules.get("torch") is None):
+    if pinned is False:
         return None
+    if pinned is None:
+        torch = cuda_torch()
+        return None if torch is None else torch.cuda.cudart()
     try:
         import torch
     except ImportError as exc:
         raise TieredError("HostTier(pinned=True) needs PyTorch with CUDA") from exc
     if torch.cuda.is_available():
         return torch.cuda.cudart()
-    if pinned:
-        raise TieredError("HostTier(pinned=True): CUDA is not available on this machine; "
+    raise TieredError("HostTier(pinned=True): CUDA is not available on this machine; "
                           "leave pinned unset (or False) to keep host memory pageable")
-    return None
 
 
 def _register(buf: np.ndarray, pinned: bool | None) -> Any:
@@ -139,8 +139,8 @@ class HostTier(MemoryTier):
         """Drop the buffer (views handed out keep the mapping alive until released)."""
         self.closed = True
         if self.pinned:  # the mapping may outlive us (views); unlock it now
-            torch = sys.modules.get("torch")
-            if torch is not None and torch.cuda.is_available():
+            torch = cuda_torch()
+            if torch is not None:
                 torch.cuda.synchronize()  # a copy still reading this memory ends first
             assert self._unlock is not None
             self._unlock()
