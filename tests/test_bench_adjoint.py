@@ -56,6 +56,25 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     assert "[18/18] beyond-memory" in printed.err  # one progress line per row
 
 
+def test_rows_option_runs_a_subset_with_the_reference_rows(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "adjoint.json"
+    assert main(["bench", "adjoint", "--quick", "--rows", "tiered-reverse", "--json", str(out),
+                 "--workdir", str(tmp_path)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["regime"], r["name"]) for r in rows) == sorted(
+        (regime, name) for regime in ("page-cache", "beyond-memory")
+        for name in ("compute-only", "np.save/np.load", "tiered-reverse"))
+    assert main(["bench", "adjoint", "--quick", "--rows", "tiered-reverse,no-such-row",
+                 "--workdir", str(tmp_path)]) == 2
+    assert "no-such-row" in capsys.readouterr().err
+    from tiered.bench import adjoint, rtm
+
+    with pytest.raises(ValueError, match="must include"):  # the ratios need both
+        adjoint.run(rtm.RTMConfig(nz=64, nx=64, nt=20, sponge=8), workdir=tmp_path,
+                    rows=("compute-only", "tiered-reverse"))
+
+
 def test_rounds_report_the_median_round(tmp_path: Path) -> None:
     from tiered.bench import adjoint, rtm
 

@@ -53,12 +53,22 @@ def _parser() -> argparse.ArgumentParser:
                      help="rounds of every row, round-robin; the median round is reported")
     adj.add_argument("--device", help="keep the wavefields on this torch device (e.g. cuda): "
                                       "GPU snapshots, with a device tier above host memory")
+    adj.add_argument("--rows", type=_names,
+                     help="comma-separated rows to run (default: all); compute-only and "
+                          "np.save/np.load are always run, every ratio is against them")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
     rev.add_argument("--trace", action="store_true",
                      help="replay key patterns against each policy instead (hit rates)")
     return p
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated row names")
+    return names
 
 
 def _positive(text: str) -> int:
@@ -115,8 +125,10 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
     cfg = (rtm.RTMConfig(nz=160, nx=160, nt=200, sponge=12, device=args.device) if args.quick
            else rtm.RTMConfig(nz=args.n, nx=args.n, nt=args.nt, substeps=args.substeps,
                               device=args.device))
-    rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds,
-                       rows=adjoint.ROWS if args.device is None else adjoint.DEVICE_ROWS,
+    names = adjoint.ROWS if args.device is None else adjoint.DEVICE_ROWS
+    if args.rows:
+        names = tuple(dict.fromkeys([*adjoint.REFERENCE_ROWS, *args.rows]))
+    rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds, rows=names,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
@@ -142,7 +154,11 @@ def _bench(args: argparse.Namespace) -> int:
     elif args.bench == "revisit":
         rows, cols = _revisit(args, workdir)
     elif args.bench == "adjoint":
-        rows, cols = _adjoint(args, workdir)
+        try:
+            rows, cols = _adjoint(args, workdir)
+        except ValueError as exc:  # a row name that does not exist, or not on this device
+            print(f"tiered bench adjoint: {exc}", file=sys.stderr)
+            return 2
     else:
         rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)

@@ -42,6 +42,7 @@ REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "pyrevolve-disk", "schedules-multistage-numpy", "tiered-reverse",
         "tiered-reverse-dense", "tiered-multistage")
+REFERENCE_ROWS = ("compute-only", "np.save/np.load")  # every ratio is against these two
 DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "tiered-reverse")
 
 
@@ -380,6 +381,8 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
     if unknown := [name for name in rows if name not in allowed]:
         raise ValueError(f"rows {unknown} cannot run with device={cfg.device!r}; "
                          f"choose from {allowed}")
+    if missing := [name for name in REFERENCE_ROWS if name not in rows]:
+        raise ValueError(f"rows must include {missing}: every ratio is against them")
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     total, done = rounds * len(REGIMES) * len(rows), 0
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
