@@ -85,11 +85,16 @@ class PredictContext:
         Stop once the predicted keys add up to more than this.
     now : float
         The cache's logical clock.
+    max_keys : float
+        Stop after this many keys (the cache asks for a bounded look-ahead, so that a
+        forecast costs the same however many states memory holds; keys beyond it count
+        as not expected, and least-recently-used order ranks them).
     """
 
     sizes: Mapping[Any, int]
     budget_bytes: float = NEVER
     now: float = 0.0
+    max_keys: float = NEVER
 
 
 @runtime_checkable
@@ -128,11 +133,17 @@ class Predictor(Protocol):
 
 
 def take_budget(keys: Any, ctx: PredictContext) -> list[Any]:
-    """Return the first distinct ``keys`` present in ``ctx.sizes`` that fit the budget."""
+    """Return the first distinct ``keys`` present in ``ctx.sizes`` that fit the budget.
+
+    At most ``ctx.max_keys`` of them: iteration stops there, so a long history costs no
+    more than a short one.
+    """
     out: list[Any] = []
     seen: set[Any] = set()
     total = 0
     for key in keys:
+        if len(out) >= ctx.max_keys:
+            break
         size = ctx.sizes.get(key)
         if size is None or key in seen:
             continue

@@ -53,3 +53,24 @@ def test_bad_sizes_argument_exits_with_usage(capsys: pytest.CaptureFixture[str])
         main(["bench", "capture", "--sizes-mib", "four"])
     assert exc.value.code == 2
     assert "--sizes-mib" in capsys.readouterr().err
+
+
+def test_bench_history_reports_cost_per_call(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    out = tmp_path / "history.json"
+    assert main(["bench", "history", "--counts", "50,400", "--state-kib", "1",
+                 "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["states"] for r in rows] == [50, 400]
+    for row in rows:
+        for col in ("limit_store_us", "dict_store_us", "store_us", "revisit_us"):
+            assert row[col] > 0, col
+    assert rows[0]["store_growth"] == 1.0
+    assert rows[1]["store_growth"] == pytest.approx(rows[1]["store_us"] / rows[0]["store_us"])
+    assert list(tmp_path.iterdir()) == [out]  # its tiers are gone
+    for bad in ("many", "0,10"):
+        with pytest.raises(SystemExit):
+            main(["bench", "history", "--counts", bad])
+        assert "comma-separated positive integers" in capsys.readouterr().err

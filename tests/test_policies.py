@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from typing import Any
@@ -25,6 +26,7 @@ from tiered.policies import (
     make_eviction,
     make_predictor,
 )
+from tiered.policies.base import take_budget
 
 from tiered.replay import Replay
 
@@ -188,6 +190,53 @@ def test_hinted_is_consumed_as_read_and_rollback_jumps_the_queue() -> None:
     assert predict(h, "abcd") == ["c", "d"]
     h.observe("rollback", None, ctx=EventContext(hints=("x",)))
     assert predict(h, "abcdx") == ["x", "c", "d"]
+
+
+class CountedKey:
+    """A key that counts how often it is hashed (the work a dict does with it)."""
+
+    hashes = 0
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __hash__(self) -> int:
+        CountedKey.hashes += 1
+        return hash(self.n)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CountedKey) and other.n == self.n
+
+
+def test_hinted_backward_pass_costs_constant_work_per_revisit() -> None:
+    """A Checkpointer hints the whole history, then reads it: each revisit must not touch
+    every queued key (it rebuilt the queue per revisit: O(n^2) for the pass)."""
+    n = 3000
+    keys = [CountedKey(i) for i in range(n)]
+    h = Hinted()
+    h.observe("hint", None, ctx=EventContext(hints=tuple(keys)))
+    CountedKey.hashes = 0
+    for k in keys[:-1]:
+        h.observe("revisit", k, ctx=CTX)
+    assert CountedKey.hashes <= 4 * n
+    assert predict(h, keys) == [keys[-1]]
+    h.observe("hint", None, ctx=EventContext(hints=tuple(keys[:3])))
+    h.observe("revisit", keys[1], ctx=CTX)  # passes the last one and the first two
+    assert predict(h, keys) == [keys[2]]
+    h.observe("rollback", None, ctx=EventContext(hints=(keys[5], keys[4], keys[5])))
+    assert predict(h, keys) == [keys[5], keys[4], keys[2]]
+
+
+def test_forecasts_stop_at_max_keys() -> None:
+    r = Reverse()
+    feed(r, [("store", i) for i in range(1000)])
+    ctx = PredictContext(sizes=dict.fromkeys(range(1000), 1), max_keys=3)
+    assert r.predict(ctx=ctx) == [999, 998, 997]
+    h = Hinted()
+    h.observe("hint", None, ctx=EventContext(hints=(7, 7, 8, 9, 10)))
+    both = Composite(h, r)
+    assert both.predict(ctx=ctx) == [7, 8, 9]
+    assert take_budget(iter(range(10)), dataclasses.replace(ctx, max_keys=0)) == []
 
 
 def test_stride_learns_a_constant_step() -> None:

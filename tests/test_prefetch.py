@@ -330,3 +330,61 @@ def test_close_settles_every_prefetch_read_in_flight(tmp_path: Path) -> None:
         futures = [e.prefetch for e in cache._index.values() if e.prefetch is not None]
         assert futures and all(f.done() for f in futures)  # white box: no waiter hangs
         assert sum(cache._reading) == 0
+
+
+class Everything:
+    """A predictor that ignores ``max_keys`` and forecasts every stored key, newest first."""
+
+    def __init__(self) -> None:
+        self.stored: list[Any] = []
+        self.asked: list[float] = []
+        self.answered = 0
+
+    def observe(self, signal: str, key: Any, *, ctx: Any) -> None:
+        if signal == "store":
+            self.stored.append(key)
+
+    def predict(self, *, ctx: Any) -> list[Any]:
+        self.asked.append(ctx.max_keys)
+        out = [k for k in reversed(self.stored) if k in ctx.sizes]
+        self.answered = max(self.answered, len(out))
+        return out
+
+
+def test_forecast_looks_a_bounded_number_of_keys_ahead(tmp_path: Path) -> None:
+    """Memory holding more states than the look-ahead: forecasts stay bounded (each event
+    recomputes one, so a long history must not make every store slower), and a backward
+    pass still gets every value right with the reverse predictor."""
+    from tiered.engine import HORIZON_KEYS
+
+    slots = HORIZON_KEYS + 200
+    small = 1024  # float32 elements: 4 KiB states
+    custom = Everything()
+    cache = tiered.Cache([tiered.HostTier(slots * (small * 4 + 4096)),
+                          tiered.DirectoryTier(tmp_path / "a", sync=False)],
+                         eviction="score", prefetch=custom, write_back="lazy")
+    for i in range(slots - 50):
+        cache.store(i, np.full(small, i, np.float32))
+    cache.hint([0])
+    assert cache.revisit(0)[0] == 0
+    assert custom.answered > HORIZON_KEYS  # it offered more...
+    assert set(custom.asked) == {HORIZON_KEYS}  # ...than it was asked for
+    with cache._cond:  # white box: the forecast the engine keeps
+        assert len(cache._forecast_keys()) == HORIZON_KEYS
+    cache.close(drain=False)
+
+    from tiered.adapters.adjoint import Checkpointer
+
+    cache = tiered.Cache([tiered.HostTier(slots * (small * 4 + 4096)),
+                          tiered.DirectoryTier(tmp_path / "b", sync=False)],
+                         eviction="score", prefetch="reverse", write_back="lazy")
+    ckpt = Checkpointer(cache, name="u")
+    n = 3 * slots
+    for step in range(n):
+        ckpt.store(step, np.full(small, step, np.float32))
+    for step in reversed(range(n)):
+        assert ckpt.revisit(step)[0] == step
+    stats = cache.stats()
+    cache.close(drain=False)
+    assert stats.revisits == n
+    assert stats.prefetch_hits > 0, stats  # the older two thirds came back ahead of reads

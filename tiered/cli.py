@@ -14,9 +14,13 @@ from tiered.sizes import format_size
 
 def _sizes(text: str) -> list[int]:
     try:
-        return [int(s) for s in text.split(",") if s]
+        values = [int(s) for s in text.split(",") if s]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--sizes-mib {text!r}: use e.g. 4,16,64") from None
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: use comma-separated positive integers, "
+                                         "e.g. 4,16,64")
+    return values
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                             ("drain", "drain throughput vs raw write+fsync"),
                             ("interference", "foreground slowdown while draining"),
                             ("revisit", "backward-pass stall with each prefetch policy"),
-                            ("adjoint", "reverse time migration, every way of keeping it")):
+                            ("adjoint", "reverse time migration, every way of keeping it"),
+                            ("history", "store/revisit cost per call as the history grows")):
         b = kinds.add_parser(name, help=help_text)
         b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
         b.add_argument("--workdir", help="directory for the files (default: system temp)")
@@ -56,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     adj.add_argument("--rows", type=_names,
                      help="comma-separated rows to run (default: all); compute-only and "
                           "np.save/np.load are always run, every ratio is against them")
+    hist = kinds.choices["history"]
+    hist.add_argument("--counts", type=_sizes, default=[1000, 4000, 16000],
+                      help="history lengths, comma-separated")
+    hist.add_argument("--state-kib", type=_positive, default=4, help="KiB per state")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
@@ -153,6 +162,14 @@ def _bench(args: argparse.Namespace) -> int:
         cols = ["size_mib", "tier", "raw_gbps", "tiered_gbps", "ratio", "h5py_naive_gbps"]
     elif args.bench == "revisit":
         rows, cols = _revisit(args, workdir)
+    elif args.bench == "history":
+        from tiered.bench import history
+
+        rows = history.run([200, 2000] if args.quick else args.counts, args.state_kib,
+                           workdir=workdir)
+        cols = ["states", "state_kib", "limit_store_us", "dict_store_us", "store_us",
+                "store_vs_dict", "store_growth", "limit_revisit_us", "dict_revisit_us",
+                "revisit_us", "revisit_growth"]
     elif args.bench == "adjoint":
         try:
             rows, cols = _adjoint(args, workdir)

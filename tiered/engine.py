@@ -40,6 +40,7 @@ from tiered.values import ValueMeta
 from tiered.writeback import Pending
 
 log = logging.getLogger(__name__)
+HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Engine._horizon_keys)
 
 
 def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
@@ -77,6 +78,10 @@ class EngineCore:
         # tiers hold is "far" alike (ties then go by recency)
         self._horizon = sum(t.capacity_bytes or 0 for t in tiers
                                 if isinstance(t, MemoryTier))
+        # ...and at most this many keys ahead: a forecast is recomputed per event, so its
+        # cost must not grow with the number of states memory holds; further keys are
+        # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
+        self._horizon_keys = max(HORIZON_KEYS, 16 * config.prefetch_depth)
         self._demand_reads = 0  # revisits reading from a persistent tier right now
         self._store_waiters = 0  # stores waiting for room right now
         self._ahead = 0  # prefetched copies not yet revisited
@@ -150,8 +155,10 @@ class EngineCore:
         return self._index.pop(key)
 
     def _predict(self, budget: float) -> list[Key]:
-        return self._predictor.predict(ctx=PredictContext(sizes=self._sizes(),
-                                                          budget_bytes=budget, now=self._clock))
+        keys = self._predictor.predict(ctx=PredictContext(
+            sizes=self._sizes(), budget_bytes=budget, now=self._clock,
+            max_keys=self._horizon_keys))
+        return keys[:self._horizon_keys]  # a custom predictor may not stop there itself
 
     def _forecast_keys(self) -> list[Key]:
         """Return the coming revisits within the horizon, soonest first (memoised)."""
