@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tiered.cli import main
@@ -30,7 +31,7 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
                  "--workdir", str(tmp_path)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {r["regime"] for r in rows} == {"page-cache", "beyond-memory"}
-    assert len(rows) == 2 * 9
+    assert len(rows) == 2 * 10
     for row in rows:
         assert FIELDS <= set(row), row["name"]
         if row["name"] != "compute-only":
@@ -53,7 +54,7 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     # checks the blocks a file allocates)
     printed = capsys.readouterr()
     assert "tiered-reverse" in printed.out
-    assert "[18/18] beyond-memory" in printed.err  # one progress line per row
+    assert "[20/20] beyond-memory" in printed.err  # one progress line per row
 
 
 def test_rows_option_runs_a_subset_with_the_reference_rows(
@@ -109,3 +110,40 @@ def test_device_rows_on_torch_tensors(tmp_path: Path) -> None:
     assert tiered_row["bytes_written"] > 0  # half the history left memory
     with pytest.raises(ValueError, match="cannot run with device"):
         adjoint.run(cfg, workdir=tmp_path, rows=("compute-only", "pyrevolve-memory"))
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_bare_ring_returns_every_state_and_deletes_what_it_read(tmp_path: Path,
+                                                                 cold: bool) -> None:
+    """The ``bare-thread`` row's ring: a forward pass through 20 slots of 100 states, a
+    backward pass in reverse, every state back bit for bit, no file left behind."""
+    from tiered.bench.bare import BareRing
+
+    rng = np.random.default_rng(7)
+    states = [rng.standard_normal((32, 48)).astype(np.float32) for _ in range(100)]
+    ring = BareRing(tmp_path / "ring", (32, 48), np.dtype(np.float32), 20, cold=cold)
+    try:
+        for n, state in enumerate(states):
+            ring.store(n, state)
+        for n in reversed(range(100)):
+            assert np.array_equal(ring.revisit(n), states[n]), n
+        with pytest.raises(KeyError, match="never stored"):
+            ring.revisit(200)
+    finally:
+        ring.close()
+    assert list((tmp_path / "ring").iterdir()) == []
+
+
+def test_bare_ring_raises_what_its_io_thread_hit(tmp_path: Path) -> None:
+    from tiered.bench.bare import BareRing
+
+    ring = BareRing(tmp_path / "ring", (64,), np.dtype(np.float64), 10, cold=False)
+    (tmp_path / "ring").rmdir()  # every write now fails
+    try:
+        with pytest.raises(RuntimeError, match="bare ring I/O failed"):
+            for n in range(50):
+                ring.store(n, np.full(64, n, np.float64))
+    finally:
+        ring.close()
+    with pytest.raises(ValueError, match="more slots than its depth"):
+        BareRing(tmp_path / "other", (4,), np.dtype(np.float32), 8, cold=False)

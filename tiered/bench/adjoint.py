@@ -41,7 +41,7 @@ from tiered.bench import rtm
 REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "pyrevolve-disk", "schedules-multistage-numpy", "tiered-reverse",
-        "tiered-reverse-dense", "tiered-multistage")
+        "tiered-reverse-dense", "tiered-multistage", "bare-thread")
 REFERENCE_ROWS = ("compute-only", "np.save/np.load")  # every ratio is against these two
 DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "tiered-reverse")
 
@@ -204,6 +204,17 @@ def _tiered_reverse(b: AdjointBench, data: np.ndarray, sparse: bool = True) -> d
     return row
 
 
+def _bare_thread(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
+    from tiered.bench.bare import BareRing
+
+    ring = BareRing(b.workdir / "bare", (b.cfg.nz, b.cfg.nx), np.dtype(np.float32),
+                    max(16, b.budget_bytes // b.cfg.snapshot_bytes), cold=b.cold)
+    try:
+        return _store_load(b, data, ring.store, ring.revisit, Timer())
+    finally:
+        ring.close()
+
+
 def _snapshots(b: AdjointBench) -> tuple[int, int]:
     """Checkpoints a schedule may keep in RAM (within the budget) and on disk."""
     in_ram = max(1, b.budget_bytes // (2 * b.cfg.snapshot_bytes))  # a state is two arrays
@@ -302,7 +313,7 @@ RUNNERS: dict[str, Callable[[AdjointBench, np.ndarray], dict[str, Any]]] = {
     "schedules-multistage-numpy": _schedules_numpy, "tiered-reverse": _tiered_reverse,
     "host-memory": _host_memory,
     "tiered-reverse-dense": lambda b, d: _tiered_reverse(b, d, sparse=False),
-    "tiered-multistage": _tiered_multistage,
+    "tiered-multistage": _tiered_multistage, "bare-thread": _bare_thread,
 }
 
 
