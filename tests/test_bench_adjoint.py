@@ -44,6 +44,8 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
         naive, base = by[regime, "np.save/np.load"], by[regime, "compute-only"]
         assert row["speedup_bound"] == pytest.approx(naive["wall_s"] / base["wall_s"])
         assert row["speedup_vs_numpy"] == pytest.approx(naive["wall_s"] / row["wall_s"])
+        floor = by[regime, "bare-thread"]
+        assert row["vs_bare_thread"] == pytest.approx(row["wall_s"] / floor["wall_s"])
     history = 200 * 160 * 160 * 4  # the quick run's snapshots: in-memory holds them all
     assert (by["page-cache", "in-memory"]["peak_rss_bytes"]
             > by["page-cache", "compute-only"]["peak_rss_bytes"] + history // 2)
