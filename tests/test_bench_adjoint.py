@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +70,7 @@ def test_rows_option_runs_a_subset_with_the_reference_rows(
     assert sorted((r["regime"], r["name"]) for r in rows) == sorted(
         (regime, name) for regime in ("page-cache", "beyond-memory")
         for name in ("compute-only", "np.save/np.load", "tiered-reverse"))
+    assert not any("vs_bare_thread" in r for r in rows)  # the floor did not run
     assert main(["bench", "adjoint", "--quick", "--rows", "tiered-reverse,no-such-row",
                  "--workdir", str(tmp_path)]) == 2
     assert "no-such-row" in capsys.readouterr().err
@@ -129,11 +132,31 @@ def test_bare_ring_returns_every_state_and_deletes_what_it_read(tmp_path: Path,
             ring.store(n, state)
         for n in reversed(range(100)):
             assert np.array_equal(ring.revisit(n), states[n]), n
-        with pytest.raises(KeyError, match="never stored"):
-            ring.revisit(200)
+            if n == 50:  # a bad revisit mid-pass raises and leaves the ring working
+                with pytest.raises(KeyError, match="never stored"):
+                    ring.revisit(200)
+                with pytest.raises(KeyError, match="already revisited"):
+                    ring.revisit(60)
     finally:
         ring.close()
     assert list((tmp_path / "ring").iterdir()) == []
+
+
+def _in_thread(fn: Callable[[], object], timeout: float = 60.0) -> BaseException | None:
+    """Run ``fn`` on a thread; return what it raised. A hang fails the test, not CI."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"{fn} still running after {timeout} s"
+    return raised[0] if raised else None
 
 
 def test_bare_ring_raises_what_its_io_thread_hit(tmp_path: Path) -> None:
@@ -141,11 +164,16 @@ def test_bare_ring_raises_what_its_io_thread_hit(tmp_path: Path) -> None:
 
     ring = BareRing(tmp_path / "ring", (64,), np.dtype(np.float64), 10, cold=False)
     (tmp_path / "ring").rmdir()  # every write now fails
-    try:
-        with pytest.raises(RuntimeError, match="bare ring I/O failed"):
-            for n in range(50):
-                ring.store(n, np.full(64, n, np.float64))
-    finally:
-        ring.close()
-    with pytest.raises(ValueError, match="more slots than its depth"):
-        BareRing(tmp_path / "other", (4,), np.dtype(np.float32), 8, cold=False)
+
+    def forward() -> None:
+        for n in range(50):
+            ring.store(n, np.full(64, n, np.float64))
+
+    error = _in_thread(forward)
+    assert isinstance(error, RuntimeError) and "bare ring I/O failed" in str(error)
+    error = _in_thread(ring.close)  # and close() says so too
+    assert isinstance(error, RuntimeError)
+    for slots, depth in ((8, 8), (20, 0)):
+        with pytest.raises(ValueError, match="more slots than its depth|at least 1"):
+            BareRing(tmp_path / "other", (4,), np.dtype(np.float32), slots, cold=False,
+                     depth=depth)

@@ -47,11 +47,14 @@ class BareRing:
 
     def __init__(self, root: Path, shape: tuple[int, ...], dtype: np.dtype, slots: int, *,
                  cold: bool, depth: int = 8) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
         if slots <= depth:
             raise ValueError(f"a ring needs more slots than its depth ({depth}), got {slots}")
         self.root, self.cold, self.depth = root, cold, depth
         self.shape, self.dtype = shape, np.dtype(dtype)
-        self._ring = np.zeros((slots, int(np.prod(shape)) * self.dtype.itemsize), np.uint8)
+        self._ring = np.empty((slots, int(np.prod(shape)) * self.dtype.itemsize), np.uint8)
+        self._ring.fill(0)  # pre-faulted (np.zeros maps zero pages lazily)
         self._free = list(range(slots))
         self._slot: dict[int, int] = {}  # step -> slot, once its bytes are there
         self._resident: collections.deque[int] = collections.deque()  # store order
@@ -62,9 +65,9 @@ class BareRing:
         self._cond = threading.Condition()
         self._jobs: queue.SimpleQueue[tuple[str, int, int]] = queue.SimpleQueue()
         self._error: BaseException | None = None
+        root.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._serve, name="bare-io", daemon=True)
         self._thread.start()
-        root.mkdir(parents=True, exist_ok=True)
 
     def _path(self, step: int) -> str:
         return os.path.join(self.root, f"{step}.bin")
@@ -89,7 +92,8 @@ class BareRing:
     def _write(self, step: int, slot: int) -> None:
         fd = os.open(self._path(step), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.pwrite(fd, self._ring[slot], 0)
+            if os.pwrite(fd, self._ring[slot], 0) != self._ring.shape[1]:
+                raise OSError(f"short write of state {step}")
             if self.cold:
                 os.fsync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -154,7 +158,8 @@ class BareRing:
                 self._cond.wait()
             if step not in self._slot and step not in self._reading:
                 if step not in self._on_disk:
-                    raise KeyError(f"state {step} was never stored")
+                    raise KeyError(f"state {step} is not held (never stored, or already "
+                                   "revisited)")
                 self._start_read(step)
             self._prefetch(step - 1)
             while step not in self._slot:
@@ -189,6 +194,7 @@ class BareRing:
             step -= 1
 
     def close(self) -> None:
-        """Stop the I/O thread (files left behind stay)."""
+        """Stop the I/O thread (files left behind stay); raise what it hit, if anything."""
         self._jobs.put(_QUIT)
         self._thread.join()
+        self._check()
