@@ -207,7 +207,7 @@ def _tiered_reverse(b: AdjointBench, data: np.ndarray, sparse: bool = True) -> d
 def _bare_thread(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
     from tiered.bench.bare import BareRing
 
-    slots = max(9, b.budget_bytes // b.cfg.snapshot_bytes)  # one more than its depth, 8
+    slots = max(BareRing.DEPTH + 1, b.budget_bytes // b.cfg.snapshot_bytes)
     ring = BareRing(b.workdir / "bare", (b.cfg.nz, b.cfg.nx), np.dtype(np.float32), slots,
                     cold=b.cold)
     try:

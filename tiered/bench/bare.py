@@ -38,15 +38,18 @@ class BareRing:
     shape, dtype
         Of every state.
     slots : int
-        States the ring holds (at least 2).
+        States the ring holds (more than ``depth``).
     cold : bool
         fsync every file and drop its pages (the beyond-memory regime).
     depth : int
-        Reads kept in flight ahead of the backward pass.
+        Reads kept in flight ahead of the backward pass, and slots kept free or being
+        written in the forward pass (default :attr:`DEPTH`).
     """
 
+    DEPTH = 8
+
     def __init__(self, root: Path, shape: tuple[int, ...], dtype: np.dtype, slots: int, *,
-                 cold: bool, depth: int = 8) -> None:
+                 cold: bool, depth: int = DEPTH) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         if slots <= depth:
@@ -71,6 +74,10 @@ class BareRing:
 
     def _path(self, step: int) -> str:
         return os.path.join(self.root, f"{step}.bin")
+
+    def _state(self, slot: int) -> np.ndarray:
+        """Return a slot as a state-shaped array view."""
+        return self._ring[slot].view(self.dtype).reshape(self.shape)
 
     # ------------------------------------------------------------ the I/O thread
     def _serve(self) -> None:
@@ -143,7 +150,7 @@ class BareRing:
                 self._write_ahead()
                 self._cond.wait()
             slot = self._free.pop()
-        np.copyto(self._ring[slot].view(self.dtype).reshape(self.shape), value)
+        np.copyto(self._state(slot), value)
         with self._cond:
             self._slot[step] = slot
             self._resident.append(step)
@@ -167,7 +174,7 @@ class BareRing:
                 self._cond.wait()
             self._consumed = step
             slot = self._slot[step]
-        return self._ring[slot].view(self.dtype).reshape(self.shape)
+        return self._state(slot)
 
     def _release_consumed(self) -> None:
         if self._consumed is not None:
