@@ -87,6 +87,9 @@ def tier_combos() -> dict[str, Any]:
     def bb(p: Path) -> tiered.DirectoryTier:
         return tiered.DirectoryTier(p / "bb")
 
+    def direct(p: Path) -> tiered.DirectoryTier:  # payloads with O_DIRECT
+        return tiered.DirectoryTier(p / "bb", direct=True, drop_pages=True)
+
     def pfs(p: Path) -> tiered.HDF5Tier:
         return tiered.HDF5Tier(p / "pfs")
 
@@ -96,6 +99,8 @@ def tier_combos() -> dict[str, Any]:
         "dir": lambda p: [bb(p)],
         "hdf5": lambda p: [pfs(p)],
         "host+dir": lambda p: [host(), bb(p)],
+        "direct": lambda p: [direct(p)],
+        "host+direct": lambda p: [host(), direct(p)],
         "host+hdf5": lambda p: [host(), pfs(p)],
         "dir+hdf5": lambda p: [bb(p), pfs(p)],
         "device+hdf5": lambda p: [dev(), pfs(p)],

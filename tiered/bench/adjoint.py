@@ -5,10 +5,13 @@ subprocess (clean peak RSS and I/O counters), with the same memory budget for th
 level (a quarter of the snapshot history), in two regimes:
 
 * ``page-cache``: files stay in the OS page cache, as on a big-memory workstation;
-* ``beyond-memory``: every file written is fsync'd and its pages dropped
-  (``posix_fadvise(POSIX_FADV_DONTNEED)``) right away, for every configuration alike, so
-  reads come from the device as they would from a parallel file system holding more than
-  memory. ``device_read_bytes`` (from ``/proc/self/io``) shows it did.
+* ``beyond-memory``: nothing read back may come from the OS page cache, as on a parallel
+  file system holding more than memory. Plain files (``np.save``, the disk levels of the
+  schedules and of pyrevolve) are fsync'd and their pages dropped
+  (``posix_fadvise(POSIX_FADV_DONTNEED)``) right away; the tiered and bare-thread rows move
+  their payloads with direct I/O (``O_DIRECT``), which never enters the page cache — what
+  a cache does on such a machine, and what ``np.save`` cannot. ``device_read_bytes`` (from
+  ``/proc/self/io``) shows that reads came from the device.
 
 Each row starts after an ``os.sync()``, so that none is throttled by the dirty pages of the
 row before it.
@@ -184,11 +187,11 @@ def _tiered_cache(b: AdjointBench, sparse: bool = True, **kw: Any) -> Any:
     if b.cfg.device is not None:
         fast.insert(0, tiered.DeviceTier(b.budget_bytes, device=b.cfg.device))
     return tiered.Cache([*fast,
-                         # a history is scratch: fsync files only where pages must be
-                         # dropped, exactly as the np.save row does (no directory fsync),
-                         # and write only what leaves memory
+                         # a history is scratch (no fsync: sync=False) and only what leaves
+                         # memory is written; beyond memory with direct I/O, so the
+                         # payloads never enter the page cache
                          tiered.DirectoryTier(b.workdir / "bb", drop_pages=b.cold,
-                                              sync=False, sparse=sparse)],
+                                              direct=b.cold, sync=False, sparse=sparse)],
                         eviction="score", write_back="lazy", **kw)
 
 

@@ -2,8 +2,8 @@
 
 :class:`BareRing` does what the tiered row does to the bytes, and nothing else: a store copies
 the state into a pre-faulted slot of a ring as large as the fast-level budget; when the ring
-is full the oldest state is written to its own file by one I/O thread (fsync'd and its pages
-dropped in the beyond-memory regime, as every row's files are); the backward pass reads
+is full the oldest state is written to its own file by one I/O thread (with direct I/O in
+the beyond-memory regime, as tiered's are); the backward pass reads
 states back on that thread ahead of their revisits, newest first, and a consumed state's
 slot is reused and its file deleted. No checksums, no manifests, no atomic renames, no
 holes for zero runs, no index, no policy: what is left is the cost every Python-threaded
@@ -15,6 +15,7 @@ its generality.
 from __future__ import annotations
 
 import collections
+import mmap
 import os
 import queue
 import threading
@@ -40,7 +41,8 @@ class BareRing:
     slots : int
         States the ring holds (more than ``depth``).
     cold : bool
-        fsync every file and drop its pages (the beyond-memory regime).
+        Write and read the files with direct I/O (``O_DIRECT``), past the page cache (the
+        beyond-memory regime).
     depth : int
         Reads kept in flight ahead of the backward pass, and slots kept free or being
         written in the forward pass (default :attr:`DEPTH`).
@@ -56,8 +58,12 @@ class BareRing:
             raise ValueError(f"a ring needs more slots than its depth ({depth}), got {slots}")
         self.root, self.cold, self.depth = root, cold, depth
         self.shape, self.dtype = shape, np.dtype(dtype)
-        self._ring = np.empty((slots, int(np.prod(shape)) * self.dtype.itemsize), np.uint8)
-        self._ring.fill(0)  # pre-faulted (np.zeros maps zero pages lazily)
+        nbytes = int(np.prod(shape)) * self.dtype.itemsize
+        # page-aligned (as direct I/O needs) and faulted in by the kernel, as a HostTier is
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+        self._ring = np.frombuffer(mmap.mmap(-1, slots * nbytes, flags=flags),
+                                   np.uint8).reshape(slots, nbytes)
+        self._direct = os.O_DIRECT if cold and nbytes % 4096 == 0 else 0
         self._free = list(range(slots))
         self._slot: dict[int, int] = {}  # step -> slot, once its bytes are there
         self._resident: collections.deque[int] = collections.deque()  # store order
@@ -97,11 +103,12 @@ class BareRing:
                 return
 
     def _write(self, step: int, slot: int) -> None:
-        fd = os.open(self._path(step), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | self._direct
+        fd = os.open(self._path(step), flags, 0o644)
         try:
             if os.pwrite(fd, self._ring[slot], 0) != self._ring.shape[1]:
                 raise OSError(f"short write of state {step}")
-            if self.cold:
+            if self.cold and not self._direct:  # states not a whole number of pages
                 os.fsync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
@@ -114,7 +121,7 @@ class BareRing:
             self._cond.notify_all()
 
     def _read(self, step: int, slot: int) -> None:
-        fd = os.open(self._path(step), os.O_RDONLY)
+        fd = os.open(self._path(step), os.O_RDONLY | self._direct)
         try:
             if os.preadv(fd, [self._ring[slot]], 0) != self._ring.shape[1]:
                 raise OSError(f"short read of state {step}")

@@ -1,0 +1,187 @@
+"""Direct I/O in the directory tier: payloads past the page cache, the same files as ever."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import mmap
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tiered
+from tiered.movers import staging_buffer
+from tiered.tiers import directory
+from tiered.values import flatten
+
+MiB = 1 << 20
+
+
+def _fs_type(path: Path) -> str:
+    best, kind = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount, fstype, *_ = line.split()
+        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
+            best, kind = mount, fstype
+    return kind
+
+
+def _cached_pages(path: Path) -> int:
+    """Pages of ``path`` in the OS page cache (``mincore``; looking brings none in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        pages = -(-size // mmap.PAGESIZE)
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+        return sum(b & 1 for b in vec.raw)
+    finally:
+        os.close(fd)
+
+
+def _device_reads() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    raise AssertionError("no read_bytes in /proc/self/io")
+
+
+def _values() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    sparse = np.zeros(3 * MiB // 4, np.float32)  # 3 MiB: holes, then data to the end
+    sparse[-40_000:] = 1.0
+    ends_in_hole = np.zeros(MiB // 4 + 5, np.float32)
+    ends_in_hole[:1000] = 2.0
+    return {
+        "aligned": rng.standard_normal((512, 512)).astype(np.float32),  # 1 MiB exactly
+        "unaligned_tail": rng.standard_normal(MiB // 8 + 3),  # a partial last page
+        "tiny": np.arange(10, dtype=np.int16),  # less than a page: all buffered
+        "sparse": sparse,
+        "ends_in_hole": ends_in_hole,
+    }
+
+
+@pytest.mark.parametrize("name", list(_values()))
+def test_direct_round_trip_and_restart_without_it(tmp_path: Path, name: str) -> None:
+    want = _values()[name]
+    with tiered.Cache([tiered.DirectoryTier(tmp_path, direct=True)]) as cache:
+        cache.store(name, want)
+        np.testing.assert_array_equal(cache.revisit(name), want)
+    # the same file format: a tier without direct I/O restarts from it, and the other way
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as cache:
+        np.testing.assert_array_equal(cache.revisit(name), want)
+        cache.store(name + "2", want)
+    with tiered.Cache([tiered.DirectoryTier(tmp_path, direct=True)]) as cache:
+        np.testing.assert_array_equal(cache.revisit(name + "2"), want)
+
+
+def test_direct_drain_and_reverse_prefetch_through_host_memory(tmp_path: Path) -> None:
+    states = [np.full((256, 1024), i, np.float32) for i in range(24)]  # 1 MiB each
+    bb = tiered.DirectoryTier(tmp_path, direct=True, drop_pages=True, sync=False)
+    with tiered.Cache([tiered.HostTier(6 * MiB), bb], eviction="score", write_back="lazy",
+                      prefetch="reverse") as cache:
+        for i, s in enumerate(states):
+            cache.store(i, s)
+        cache.hint(list(reversed(range(24))))
+        for i in reversed(range(24)):
+            np.testing.assert_array_equal(cache.revisit(i), states[i])
+        assert bb.direct  # nothing fell back
+        assert cache.stats().tiers["directory"].bytes_in >= 18 * MiB
+
+
+def _put(tier: tiered.DirectoryTier, key: str, region: np.ndarray) -> Any:
+    meta, _ = flatten(region)
+    from tiered.movers import leaf_checksums
+
+    return tier.put(key, 1, meta, region, leaf_checksums(region, meta))
+
+
+@pytest.mark.skipif(_fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+                    reason="the temporary directory is in memory: every page is cached")
+def test_direct_payload_never_enters_the_page_cache(tmp_path: Path) -> None:
+    region = staging_buffer(MiB)  # page-aligned, as host tiers' extents are
+    region[:] = np.arange(MiB, dtype=np.uint64).astype(np.uint8)
+    buffered = _put(tiered.DirectoryTier(tmp_path / "b", sync=False), "k", region)
+    assert _cached_pages(buffered.path) == 257  # the control: all of it stays cached
+    tier = tiered.DirectoryTier(tmp_path / "d", direct=True, sync=False)
+    record = _put(tier, "k", region)
+    assert tier.direct
+    assert _cached_pages(record.path) <= 1  # at most the page of the manifest
+    out = staging_buffer(MiB)
+    before = _device_reads()
+    tier.get_into(record, out)
+    assert _device_reads() - before >= MiB  # read from the device
+    np.testing.assert_array_equal(out, region)
+    assert _cached_pages(record.path) <= 1  # and reading it did not bring it in
+
+
+@pytest.mark.skipif(_fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+                    reason="the temporary directory is in memory: every page is cached")
+def test_unaligned_buffer_is_written_and_read_buffered(tmp_path: Path) -> None:
+    base = staging_buffer(MiB + 4096)
+    region = base[8: 8 + MiB]  # not page-aligned: direct I/O would be refused
+    region[:] = 7
+    tier = tiered.DirectoryTier(tmp_path, direct=True, sync=False)
+    record = _put(tier, "k", region)
+    assert _cached_pages(record.path) == 257  # it went through the page cache
+    out = base[16: 16 + MiB]
+    out[:] = 0
+    tier.get_into(record, out)
+    assert (out == 7).all() and tier.direct  # still on for aligned buffers
+
+
+def test_file_system_refusing_direct_io_falls_back_with_a_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # Simulated: every file system this can run on here (ext4, tmpfs on Linux >= 6.6)
+    # accepts O_DIRECT, so the refusal some others give (EINVAL) is raised by hand.
+    real = directory._set_direct
+
+    def refuse(fd: int, on: bool) -> None:
+        if on:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real(fd, on)
+
+    monkeypatch.setattr(directory, "_set_direct", refuse)
+    want = _values()["aligned"]
+    tier = tiered.DirectoryTier(tmp_path, direct=True)
+    with caplog.at_level(logging.WARNING, logger="tiered.tiers.directory"):
+        with tiered.Cache([tier]) as cache:
+            cache.store("a", want)
+            cache.store("b", want + 1)
+            np.testing.assert_array_equal(cache.revisit("a"), want)
+    assert not tier.direct
+    assert sum("refuses direct I/O" in r.message for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate_aligned", "truncate_unaligned"])
+def test_damaged_direct_file_is_reported_not_returned(tmp_path: Path, damage: str) -> None:
+    want = _values()["aligned"]
+    with tiered.Cache([tiered.DirectoryTier(tmp_path, direct=True)]) as cache:
+        cache.store("k", want)
+        (path,) = list(tmp_path.iterdir())
+        if damage == "flip":
+            with open(path, "r+b") as fh:
+                fh.seek(5000)
+                byte = fh.read(1)
+                fh.seek(5000)
+                fh.write(bytes([byte[0] ^ 1]))
+        else:
+            os.truncate(path, MiB // 2 + (0 if damage == "truncate_aligned" else 100))
+        with pytest.raises(tiered.CorruptDataError):
+            cache.revisit("k")
