@@ -59,7 +59,11 @@ class Entry:
 
     def in_memory(self, memory: Sequence[int]) -> bool:
         """Whether a copy sits in one of the ``memory`` tiers."""
-        return any(t in self.copies for t in memory)
+        copies = self.copies
+        for t in memory:  # a loop, not any(genexpr): this runs for every forecast key
+            if t in copies:
+                return True
+        return False
 
     def evictable(self, tier: int) -> bool:
         """Whether the copy in ``tier`` may go: unpinned, with a copy below it."""

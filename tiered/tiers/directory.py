@@ -217,6 +217,8 @@ class DirectoryTier(PersistentTier):
             cut = self._direct_cut(fd, region)
             if cut:
                 pread_into(fd, region[:cut], 0)
+                if cut == len(region):
+                    return  # page-aligned size: nothing left to read buffered
                 _set_direct(fd, False)
             pread_into(fd, region[cut:], cut)
         finally:
@@ -224,6 +226,11 @@ class DirectoryTier(PersistentTier):
 
 
 def _set_direct(fd: int, on: bool) -> None:
-    """Turn ``O_DIRECT`` on or off for an open file (``EINVAL`` where unsupported)."""
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT if on else flags & ~os.O_DIRECT)
+    """Turn ``O_DIRECT`` on or off for a file this tier opened (``EINVAL`` where unsupported).
+
+    One ``F_SETFL`` and no ``F_GETFL``: of the flags ``F_SETFL`` changes, the tier's files
+    are opened with none (no ``O_APPEND``, ``O_NONBLOCK``, ``O_NOATIME``, ``O_ASYNC``), so
+    ``O_DIRECT`` or nothing is the whole set. Every system call is a GIL hand-off that the
+    caller's thread may wait on.
+    """
+    fcntl.fcntl(fd, fcntl.F_SETFL, os.O_DIRECT if on else 0)
