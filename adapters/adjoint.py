@@ -24,6 +24,7 @@ storage backed by one.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -61,7 +62,7 @@ class Checkpointer:
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
         self.cache, self.every, self.name, self.consume = cache, every, name, consume
-        self._stored: set[int] = set()
+        self._order: list[int] = []  # the stored steps, ascending
         self._backward = False
         self.recomputed_steps = 0
 
@@ -83,7 +84,9 @@ class Checkpointer:
 
     def _put(self, step: int, state: Any) -> None:
         self.cache.store(self.key(step), state)
-        self._stored.add(step)
+        at = bisect.bisect_left(self._order, step)
+        if at == len(self._order) or self._order[at] != step:
+            self._order.insert(at, step)  # appends in a forward sweep
 
     def revisit(self, step: int, *, recompute: Step | None = None, out: Any = None,
                 copy: bool = True) -> Any:
@@ -110,8 +113,8 @@ class Checkpointer:
         _check_step(step)
         if not self._backward:
             self._backward = True
-            self.cache.hint([self.key(s) for s in sorted(self._stored, reverse=True)])
-        if step not in self._stored:
+            self.cache.hint([self.key(s) for s in reversed(self._order)])
+        if not self._holds(step):
             self._recompute_to(step, recompute)
         value = self.cache.revisit(self.key(step), out=out, copy=copy)
         if self.consume:
@@ -119,10 +122,11 @@ class Checkpointer:
         return value
 
     def _recompute_to(self, step: int, recompute: Step | None) -> None:
-        base = max((s for s in self._stored if s < step), default=None)
-        if base is None:
+        below = bisect.bisect_left(self._order, step)
+        if below == 0:
             raise KeyError(f"step {step} was never stored and no stored step below it can "
-                           f"recompute it (stored: {sorted(self._stored)[:8]}...)")
+                           f"recompute it (stored: {self._order[:8]}...)")
+        base = self._order[below - 1]
         if recompute is None:
             raise KeyError(f"step {step} was not stored (every={self.every}); pass "
                            "recompute=forward_step to rebuild it from step "
@@ -136,14 +140,18 @@ class Checkpointer:
 
     def discard(self, step: int) -> None:
         """Forget the state at ``step`` now (its space is freed in every tier)."""
-        if step in self._stored:
-            self._stored.discard(step)
+        if self._holds(step):
+            del self._order[bisect.bisect_left(self._order, step)]
             self.cache.discard(self.key(step))
+
+    def _holds(self, step: int) -> bool:
+        at = bisect.bisect_left(self._order, step)
+        return at < len(self._order) and self._order[at] == step
 
     @property
     def stored_steps(self) -> list[int]:
         """The steps held now, ascending."""
-        return sorted(self._stored)
+        return list(self._order)
 
 
 def _check_step(step: int) -> None:

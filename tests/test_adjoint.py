@@ -105,6 +105,27 @@ def test_several_sweeps_and_consumed_states_are_freed(tmp_path: Path) -> None:
         assert not any((tmp_path / "bb").glob("*.tdat"))  # discarded files are gone
 
 
+def test_out_of_order_and_repeated_stores(tmp_path: Path) -> None:
+    """Steps stored in any order, some twice, are held once each and found by position."""
+    with host_dir(tmp_path, prefetch="reverse") as cache:
+        ckpt = Checkpointer(cache, every=4)
+        states = {n: np.full(SIZE, float(n)) for n in (12, 0, 8, 4)}
+        for n, value in states.items():
+            ckpt.store(n, value)
+        ckpt.store(8, states[8] + 0.5)  # a re-store replaces, it is not held twice
+        assert ckpt.stored_steps == [0, 4, 8, 12]
+        plus_one = ckpt.revisit(10, recompute=lambda u: u + 1.0)  # from 8, the nearest below
+        np.testing.assert_array_equal(plus_one, np.full(SIZE, 10.5))
+        assert ckpt.recomputed_steps == 2 and ckpt.stored_steps == [0, 4, 8, 9, 12]
+        np.testing.assert_array_equal(ckpt.revisit(12), states[12])
+        ckpt.discard(4)
+        ckpt.discard(5)  # never stored: nothing to do
+        assert ckpt.stored_steps == [0, 8, 9]
+        np.testing.assert_array_equal(ckpt.revisit(6, recompute=lambda u: u + 1.0),
+                                      np.full(SIZE, 6.0))  # from 0 now that 4 is gone
+        assert ckpt.stored_steps == [0, 1, 2, 3, 4, 5, 8, 9]
+
+
 def test_revisit_of_a_step_never_stored(tmp_path: Path) -> None:
     with host_dir(tmp_path) as cache:
         ckpt = Checkpointer(cache, every=4)
