@@ -91,9 +91,29 @@ def save_npy(path: Path, value: np.ndarray, cold: bool) -> None:
     with open(path, "wb") as fh:
         np.save(fh, value)
         if cold:
-            fh.flush()
-            os.fsync(fh.fileno())
-            os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            drop_written(fh)
+
+
+def drop_written(fh: Any) -> None:
+    """Flush, fsync and drop from the page cache the file open as ``fh``."""
+    fh.flush()
+    os.fsync(fh.fileno())
+    os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def cold_disk_storage(storage: Any) -> None:
+    """Make a pyrevolve ``DiskStorage`` fsync and drop each checkpoint it saves."""
+    save = storage.save
+
+    def cold_save(key: int, data_pointers: list[np.ndarray]) -> None:
+        save(key, data_pointers)
+        if storage.singlefile:
+            drop_written(storage.storage_w)
+        else:
+            with open(f"{storage.datFileName}.k{key}", "rb+") as fh:
+                drop_written(fh)
+
+    storage.save = cold_save
 
 
 class NumpyLevel:
@@ -299,6 +319,8 @@ def _pyrevolve(b: AdjointBench, data: np.ndarray, disk: bool) -> dict[str, Any]:
                                      filedir=str(b.workdir) + "/")
     else:
         rev = pyrevolve.MemoryRevolver(Ckp(), Fwd(), Rev(), in_ram, b.cfg.nt)
+    if disk and b.cold:
+        cold_disk_storage(rev.storage_list[0])
     timer = Timer()
     rev.storage_list[0].load = timer.wrap(rev.storage_list[0].load)
     t0 = time.perf_counter()
