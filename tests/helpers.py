@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import math
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -110,3 +112,37 @@ def tier_combos() -> dict[str, Any]:
 
 
 PERSISTENT_COMBOS = [name for name in tier_combos() if "dir" in name or "hdf5" in name]
+
+
+def fs_type(path: Path) -> str:
+    """The type of the file system holding ``path`` (``/proc/mounts``, longest mount)."""
+    best, kind = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, mount, fstype, *_ = line.split()
+        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
+            best, kind = mount, fstype
+    return kind
+
+
+def cached_pages(path: Path) -> int:
+    """Pages of ``path`` in the OS page cache (``mincore``; looking brings none in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        pages = -(-size // mmap.PAGESIZE)
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+        return sum(b & 1 for b in vec.raw)
+    finally:
+        os.close(fd)

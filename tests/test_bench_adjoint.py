@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import cached_pages, fs_type
 
 from tiered.cli import main
 
@@ -17,12 +18,7 @@ FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "setup_s", "sta
 
 
 def _on_tmpfs(path: Path) -> bool:
-    best, kind = "", ""
-    for line in Path("/proc/mounts").read_text().splitlines():
-        _, mount, fstype, *_ = line.split()
-        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
-            best, kind = mount, fstype
-    return kind in ("tmpfs", "ramfs")
+    return fs_type(path) in ("tmpfs", "ramfs")
 
 
 @pytest.mark.filterwarnings("ignore:Numba not available")
@@ -143,6 +139,53 @@ def test_bare_ring_returns_every_state_and_deletes_what_it_read(tmp_path: Path,
     finally:
         ring.close()
     assert list((tmp_path / "ring").iterdir()) == []
+
+
+def test_cold_io_fsync_runs_tiered_and_the_ring_as_the_plain_files(tmp_path: Path) -> None:
+    out = tmp_path / "adjoint.json"
+    assert main(["bench", "adjoint", "--quick", "--cold-io", "fsync", "--json", str(out),
+                 "--rows", "tiered-reverse,bare-thread", "--workdir", str(tmp_path)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["cold_io"] for r in rows} == {"fsync"} and len(rows) == 2 * 4
+    by = {(r["regime"], r["name"]): r for r in rows}
+    for name in ("tiered-reverse", "bare-thread"):
+        assert by["page-cache", name]["image_identical"]
+        assert by["beyond-memory", name]["image_identical"]
+        if not _on_tmpfs(tmp_path):
+            assert by["beyond-memory", name]["device_read_bytes"] > 0, name
+    from tiered.bench import adjoint, rtm
+
+    with pytest.raises(ValueError, match="cold_io must be one of"):
+        adjoint.run(rtm.RTMConfig(nz=64, nx=64, nt=20, sponge=8), workdir=tmp_path,
+                    cold_io="mmap")
+
+
+@pytest.mark.parametrize(("cold", "direct"), [(False, True), (True, True), (True, False)])
+def test_bare_ring_keeps_cold_files_out_of_the_page_cache(tmp_path: Path, cold: bool,
+                                                          direct: bool) -> None:
+    """Beyond memory the ring's files are not in the page cache, with direct I/O or with
+    fsync + DONTNEED (``--cold-io fsync``); in the page-cache regime they are."""
+    from tiered.bench.bare import BareRing
+
+    if _on_tmpfs(tmp_path):
+        pytest.skip("on tmpfs every file is memory: nothing to tell apart")
+    state = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) + 1  # 4 pages each
+    ring = BareRing(tmp_path / "ring", (64, 64), np.dtype(np.float32), 10, cold=cold,
+                    direct=direct)
+    try:
+        assert bool(ring._direct) == (cold and direct)
+        for n in range(40):
+            ring.store(n, state * n)
+        with ring._cond:  # the forward pass's writes land (no read starts before a revisit)
+            assert ring._cond.wait_for(lambda: ring._writing == 0, timeout=60)
+        files = sorted((tmp_path / "ring").iterdir())
+        assert len(files) >= 20
+        cached = sum(cached_pages(path) for path in files)
+        assert cached == 0 if cold else cached == 4 * len(files)
+        for n in reversed(range(40)):
+            assert np.array_equal(ring.revisit(n), state * n), n
+    finally:
+        ring.close()
 
 
 def _in_thread(fn: Callable[[], object], timeout: float = 60.0) -> BaseException | None:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
-import mmap
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import cached_pages, fs_type
 
 import tiered
 from tiered.movers import staging_buffer
@@ -19,39 +18,6 @@ from tiered.tiers import directory
 from tiered.values import flatten
 
 MiB = 1 << 20
-
-
-def _fs_type(path: Path) -> str:
-    best, kind = "", ""
-    for line in Path("/proc/mounts").read_text().splitlines():
-        _, mount, fstype, *_ = line.split()
-        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
-            best, kind = mount, fstype
-    return kind
-
-
-def _cached_pages(path: Path) -> int:
-    """Pages of ``path`` in the OS page cache (``mincore``; looking brings none in)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
-        pages = -(-size // mmap.PAGESIZE)
-        vec = ctypes.create_string_buffer(pages)
-        try:
-            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
-        finally:
-            libc.munmap(addr, size)
-        return sum(b & 1 for b in vec.raw)
-    finally:
-        os.close(fd)
 
 
 def _device_reads() -> int:
@@ -111,26 +77,26 @@ def _put(tier: tiered.DirectoryTier, key: str, region: np.ndarray) -> Any:
     return tier.put(key, 1, meta, region, leaf_checksums(region, meta))
 
 
-@pytest.mark.skipif(_fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+@pytest.mark.skipif(fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
                     reason="the temporary directory is in memory: every page is cached")
 def test_direct_payload_never_enters_the_page_cache(tmp_path: Path) -> None:
     region = staging_buffer(MiB)  # page-aligned, as host tiers' extents are
     region[:] = np.arange(MiB, dtype=np.uint64).astype(np.uint8)
     buffered = _put(tiered.DirectoryTier(tmp_path / "b", sync=False), "k", region)
-    assert _cached_pages(buffered.path) == 257  # the control: all of it stays cached
+    assert cached_pages(buffered.path) == 257  # the control: all of it stays cached
     tier = tiered.DirectoryTier(tmp_path / "d", direct=True, sync=False)
     record = _put(tier, "k", region)
     assert tier.direct
-    assert _cached_pages(record.path) <= 1  # at most the page of the manifest
+    assert cached_pages(record.path) <= 1  # at most the page of the manifest
     out = staging_buffer(MiB)
     before = _device_reads()
     tier.get_into(record, out)
     assert _device_reads() - before >= MiB  # read from the device
     np.testing.assert_array_equal(out, region)
-    assert _cached_pages(record.path) <= 1  # and reading it did not bring it in
+    assert cached_pages(record.path) <= 1  # and reading it did not bring it in
 
 
-@pytest.mark.skipif(_fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+@pytest.mark.skipif(fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
                     reason="the temporary directory is in memory: every page is cached")
 def test_unaligned_buffer_is_written_and_read_buffered(tmp_path: Path) -> None:
     base = staging_buffer(MiB + 4096)
@@ -138,7 +104,7 @@ def test_unaligned_buffer_is_written_and_read_buffered(tmp_path: Path) -> None:
     region[:] = 7
     tier = tiered.DirectoryTier(tmp_path, direct=True, sync=False)
     record = _put(tier, "k", region)
-    assert _cached_pages(record.path) == 257  # it went through the page cache
+    assert cached_pages(record.path) == 257  # it went through the page cache
     out = base[16: 16 + MiB]
     out[:] = 0
     tier.get_into(record, out)

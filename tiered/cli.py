@@ -58,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="rounds of every row, round-robin; the median round is reported")
     adj.add_argument("--device", help="keep the wavefields on this torch device (e.g. cuda): "
                                       "GPU snapshots, with a device tier above host memory")
+    adj.add_argument("--cold-io", choices=("direct", "fsync"), default="direct",
+                     help="beyond memory, how tiered and the bare ring keep their files out "
+                          "of the page cache: direct I/O (default), or fsync + DONTNEED "
+                          "after each file, as the plain-file rows do")
     adj.add_argument("--rows", type=_names,
                      help="comma-separated rows to run (default: all); compute-only and "
                           "np.save/np.load are always run, every ratio is against them")
@@ -138,7 +142,8 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
     if args.rows:
         names = tuple(dict.fromkeys([*adjoint.REFERENCE_ROWS, *args.rows]))
     rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds, rows=names,
-                       progress=lambda line: print(line, file=sys.stderr, flush=True))
+                       progress=lambda line: print(line, file=sys.stderr, flush=True),
+                       cold_io=args.cold_io)
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
                   "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
                   "peak_rss_bytes", *(["peak_device_bytes"] if args.device else []),

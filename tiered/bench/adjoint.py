@@ -10,8 +10,10 @@ level (a quarter of the snapshot history), in two regimes:
   schedules and of pyrevolve) are fsync'd and their pages dropped
   (``posix_fadvise(POSIX_FADV_DONTNEED)``) right away; the tiered and bare-thread rows move
   their payloads with direct I/O (``O_DIRECT``), which never enters the page cache — what
-  a cache does on such a machine, and what ``np.save`` cannot. ``device_read_bytes`` (from
-  ``/proc/self/io``) shows that reads came from the device.
+  a cache does on such a machine, and what ``np.save`` cannot. ``cold_io="fsync"``
+  (``--cold-io fsync``) makes them fsync and drop their files too, so that every row
+  writes alike. ``device_read_bytes`` (from ``/proc/self/io``) shows that reads came from
+  the device.
 
 Each row starts after an ``os.sync()``, so that none is throttled by the dirty pages of the
 row before it.
@@ -47,6 +49,7 @@ ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "tiered-reverse-dense", "tiered-multistage", "bare-thread")
 REFERENCE_ROWS = ("compute-only", "np.save/np.load")  # every ratio is against these two
 DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "tiered-reverse")
+COLD_IO = ("direct", "fsync")  # how tiered and the bare ring bypass the page cache
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,6 +60,7 @@ class AdjointBench:
     regime: str
     workdir: Path
     budget_fraction: float = 0.25
+    cold_io: str = "direct"  # or "fsync": how tiered and the bare ring bypass the page cache
 
     @property
     def budget_bytes(self) -> int:
@@ -67,6 +71,11 @@ class AdjointBench:
     def cold(self) -> bool:
         """Whether writes are dropped from the page cache (the beyond-memory regime)."""
         return self.regime == "beyond-memory"
+
+    @property
+    def direct(self) -> bool:
+        """Whether tiered and the bare ring use direct I/O (beyond memory, by default)."""
+        return self.cold and self.cold_io == "direct"
 
 
 class Timer:
@@ -209,9 +218,9 @@ def _tiered_cache(b: AdjointBench, sparse: bool = True, **kw: Any) -> Any:
     return tiered.Cache([*fast,
                          # a history is scratch (no fsync: sync=False) and only what leaves
                          # memory is written; beyond memory with direct I/O, so the
-                         # payloads never enter the page cache
+                         # payloads never enter the page cache (or fsync + DONTNEED)
                          tiered.DirectoryTier(b.workdir / "bb", drop_pages=b.cold,
-                                              direct=b.cold, sync=False, sparse=sparse)],
+                                              direct=b.direct, sync=False, sparse=sparse)],
                         eviction="score", write_back="lazy", **kw)
 
 
@@ -232,7 +241,7 @@ def _bare_thread(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
 
     slots = max(BareRing.DEPTH + 1, b.budget_bytes // b.cfg.snapshot_bytes)
     ring = BareRing(b.workdir / "bare", (b.cfg.nz, b.cfg.nx), np.dtype(np.float32), slots,
-                    cold=b.cold)
+                    cold=b.cold, direct=b.direct)
     try:
         return _store_load(b, data, ring.store, ring.revisit, Timer())
     finally:
@@ -389,12 +398,13 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
             "device_write_bytes": after["write_bytes"] - before["write_bytes"]}
 
 
-def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path) -> dict[str, Any]:
+def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path,
+           cold_io: str) -> dict[str, Any]:
     workdir = root / f"{regime}-{name.replace('/', '_')}"
     workdir.mkdir()
     os.sync()  # no row starts throttled by dirty pages the one before left behind
     spec = json.dumps({"name": name, "regime": regime, "root": str(workdir),
-                       "cfg": dataclasses.asdict(cfg)})
+                       "cfg": dataclasses.asdict(cfg), "cold_io": cold_io})
     done = subprocess.run([sys.executable, "-m", "tiered.bench.adjoint", spec],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -405,15 +415,19 @@ def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path) -> dict[str, 
 
 
 def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] = ROWS,
-        rounds: int = 1, progress: Callable[[str], object] | None = None
-        ) -> list[dict[str, Any]]:
+        rounds: int = 1, progress: Callable[[str], object] | None = None,
+        cold_io: str = "direct") -> list[dict[str, Any]]:
     """Every configuration in both regimes, ``rounds`` times round-robin; median rows.
 
     Each row reported is the round with the median wall time (its other fields are that
     round's, so they stay consistent); ``wall_s_rounds`` lists every round. Rows carry
     ratios to compute-only and np.save of the same regime. ``progress``, if given, gets
-    one line per finished row (a full run takes minutes).
+    one line per finished row (a full run takes minutes). ``cold_io`` is how the tiered
+    and bare-thread rows keep their files out of the page cache beyond memory:
+    ``"direct"`` (``O_DIRECT``) or ``"fsync"`` (fsync + ``DONTNEED``, as the plain files).
     """
+    if cold_io not in COLD_IO:
+        raise ValueError(f"cold_io must be one of {COLD_IO}, got {cold_io!r}")
     allowed = DEVICE_ROWS if cfg.device is not None else ROWS
     if unknown := [name for name in rows if name not in allowed]:
         raise ValueError(f"rows {unknown} cannot run with device={cfg.device!r}; "
@@ -430,7 +444,7 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
         for _ in range(rounds):
             for regime in REGIMES:
                 for name in rows:
-                    row = _child(name, regime, cfg, root)
+                    row = _child(name, regime, cfg, root, cold_io)
                     done += 1
                     if progress is not None:
                         progress(f"[{done}/{total}] {regime} {name}: {row['wall_s']:.2f} s")
@@ -454,7 +468,7 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
         row.update(vs_compute=row["wall_s"] / base, speedup_vs_numpy=naive / row["wall_s"],
                    speedup_bound=naive / base,
                    history_bytes=cfg.nt * cfg.snapshot_bytes, nz=cfg.nz, nx=cfg.nx, nt=cfg.nt,
-                   substeps=cfg.substeps)
+                   substeps=cfg.substeps, cold_io=cold_io)
     return out
 
 
@@ -470,7 +484,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def _main() -> None:
     spec = json.loads(sys.argv[1])
     bench = AdjointBench(cfg=rtm.RTMConfig(**spec["cfg"]), regime=spec["regime"],
-                         workdir=Path(spec["root"]))
+                         workdir=Path(spec["root"]), cold_io=spec["cold_io"])
     sys.stdout.write(json.dumps(run_row(spec["name"], bench)) + "\n")
 
 

@@ -41,17 +41,20 @@ class BareRing:
     slots : int
         States the ring holds (more than ``depth``).
     cold : bool
-        Write and read the files with direct I/O (``O_DIRECT``), past the page cache (the
-        beyond-memory regime).
+        Keep the files' pages out of the page cache (the beyond-memory regime): with direct
+        I/O (``O_DIRECT``) where ``direct`` and the states are whole pages, else each file
+        fsync'd and its pages dropped (``posix_fadvise(DONTNEED)``) once written.
     depth : int
         Reads kept in flight ahead of the backward pass, and slots kept free or being
         written in the forward pass (default :attr:`DEPTH`).
+    direct : bool
+        With ``cold``, use direct I/O (default) rather than fsync + ``DONTNEED``.
     """
 
     DEPTH = 8
 
     def __init__(self, root: Path, shape: tuple[int, ...], dtype: np.dtype, slots: int, *,
-                 cold: bool, depth: int = DEPTH) -> None:
+                 cold: bool, depth: int = DEPTH, direct: bool = True) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
         if slots <= depth:
@@ -63,7 +66,7 @@ class BareRing:
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
         self._ring = np.frombuffer(mmap.mmap(-1, slots * nbytes, flags=flags),
                                    np.uint8).reshape(slots, nbytes)
-        self._direct = os.O_DIRECT if cold and nbytes % 4096 == 0 else 0
+        self._direct = os.O_DIRECT if cold and direct and nbytes % 4096 == 0 else 0
         self._free = list(range(slots))
         self._slot: dict[int, int] = {}  # step -> slot, once its bytes are there
         self._resident: collections.deque[int] = collections.deque()  # store order
@@ -108,7 +111,7 @@ class BareRing:
         try:
             if os.pwrite(fd, self._ring[slot], 0) != self._ring.shape[1]:
                 raise OSError(f"short write of state {step}")
-            if self.cold and not self._direct:  # states not a whole number of pages
+            if self.cold and not self._direct:  # by choice, or states not whole pages
                 os.fsync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
