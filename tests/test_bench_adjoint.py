@@ -38,6 +38,8 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     for name in ("pyrevolve-memory", "schedules-multistage-numpy", "tiered-multistage"):
         assert by["page-cache", name]["recomputed_steps"] > 0
     assert by["page-cache", "tiered-reverse"]["recomputed_steps"] == 0
+    for (regime, _), row in by.items():  # by default, direct I/O beyond memory only
+        assert row["direct_io"] == (regime == "beyond-memory")
     for (regime, _), row in by.items():  # the bound is np.save's time over compute only's
         naive, base = by[regime, "np.save/np.load"], by[regime, "compute-only"]
         assert row["speedup_bound"] == pytest.approx(naive["wall_s"] / base["wall_s"])
@@ -147,6 +149,7 @@ def test_cold_io_fsync_runs_tiered_and_the_ring_as_the_plain_files(tmp_path: Pat
                  "--rows", "tiered-reverse,bare-thread", "--workdir", str(tmp_path)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {r["cold_io"] for r in rows} == {"fsync"} and len(rows) == 2 * 4
+    assert not any(r["direct_io"] for r in rows)  # what each row's own process used
     by = {(r["regime"], r["name"]): r for r in rows}
     for name in ("tiered-reverse", "bare-thread"):
         assert by["page-cache", name]["image_identical"]
@@ -158,6 +161,41 @@ def test_cold_io_fsync_runs_tiered_and_the_ring_as_the_plain_files(tmp_path: Pat
     with pytest.raises(ValueError, match="cold_io must be one of"):
         adjoint.run(rtm.RTMConfig(nz=64, nx=64, nt=20, sponge=8), workdir=tmp_path,
                     cold_io="mmap")
+    with pytest.raises(ValueError, match="cold_io must be one of"):
+        adjoint.AdjointBench(cfg=rtm.RTMConfig(), regime="beyond-memory", workdir=tmp_path,
+                             cold_io="Direct")
+
+
+@pytest.mark.parametrize("singlefile", [True, False])
+def test_pyrevolve_disk_storage_is_dropped_when_cold(tmp_path: Path, singlefile: bool) -> None:
+    """Beyond memory pyrevolve's files leave the page cache after each save, as np.save's do."""
+    pyrevolve = pytest.importorskip("pyrevolve", reason="needs tiered[adjoint]")
+    from pyrevolve.profiling import Profiler
+    from pyrevolve.storage import DiskStorage
+
+    from tiered.bench.adjoint import cold_disk_storage
+
+    if _on_tmpfs(tmp_path):
+        pytest.skip("on tmpfs every file is memory: nothing to tell apart")
+    assert pyrevolve is not None
+    shape = (64, 64)  # 4 pages per checkpoint
+    storage = DiskStorage(64 * 64, 6, np.float32, profiler=Profiler(),
+                          filedir=str(tmp_path) + "/", singlefile=singlefile)
+    cold_disk_storage(storage)
+    states = [np.full(shape, n, np.float32) for n in range(6)]
+    for n, state in enumerate(states):
+        storage.save(n, [state])
+    files = [p for p in Path(storage.filedir).iterdir() if p.is_file()]
+    assert files and sum(cached_pages(path) for path in files) == 0
+    try:
+        for n in reversed(range(6)):
+            back = np.zeros(shape, np.float32)
+            storage.load(n, [back])
+            assert np.array_equal(back, states[n]), n
+    finally:
+        if singlefile:  # pyrevolve keeps its one file open for writing and reading
+            storage.storage_w.close()
+            storage.storage_r.close()
 
 
 @pytest.mark.parametrize(("cold", "direct"), [(False, True), (True, True), (True, False)])
@@ -177,7 +215,10 @@ def test_bare_ring_keeps_cold_files_out_of_the_page_cache(tmp_path: Path, cold: 
         for n in range(40):
             ring.store(n, state * n)
         with ring._cond:  # the forward pass's writes land (no read starts before a revisit)
-            assert ring._cond.wait_for(lambda: ring._writing == 0, timeout=60)
+            ring._cond.wait_for(lambda: ring._writing == 0 or ring._error is not None,
+                                timeout=60)
+        ring._check()  # an I/O error in the ring's thread fails here, with its cause
+        assert ring._writing == 0
         files = sorted((tmp_path / "ring").iterdir())
         assert len(files) >= 20
         cached = sum(cached_pages(path) for path in files)

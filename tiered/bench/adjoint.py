@@ -62,6 +62,10 @@ class AdjointBench:
     budget_fraction: float = 0.25
     cold_io: str = "direct"  # or "fsync": how tiered and the bare ring bypass the page cache
 
+    def __post_init__(self) -> None:
+        if self.cold_io not in COLD_IO:
+            raise ValueError(f"cold_io must be one of {COLD_IO}, got {self.cold_io!r}")
+
     @property
     def budget_bytes(self) -> int:
         """Bytes the fast level may hold."""
@@ -390,7 +394,7 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     setup = wall - row["forward_s"] - row["backward_s"]
     return {"name": name, "regime": bench.regime, "wall_s": wall,
             "stall_s": row.pop("stall_s", 0.0), "recomputed_steps": 0, **row,
-            "setup_s": setup,
+            "setup_s": setup, "direct_io": bench.direct,
             "peak_rss_bytes": _peak_rss(),
             "bytes_written": after["wchar"] - before["wchar"],
             "bytes_read": after["rchar"] - before["rchar"],

@@ -3,13 +3,13 @@
 :class:`BareRing` does what the tiered row does to the bytes, and nothing else: a store copies
 the state into a pre-faulted slot of a ring as large as the fast-level budget; when the ring
 is full the oldest state is written to its own file by one I/O thread (with direct I/O in
-the beyond-memory regime, as tiered's are); the backward pass reads
-states back on that thread ahead of their revisits, newest first, and a consumed state's
-slot is reused and its file deleted. No checksums, no manifests, no atomic renames, no
-holes for zero runs, no index, no policy: what is left is the cost every Python-threaded
-implementation pays on the machine (copies, device I/O, the other threads' share of the GIL
-and of the memory system). tiered's distance to this row is the price of its guarantees and
-its generality.
+the beyond-memory regime, as tiered's are, or fsync + ``DONTNEED`` with ``direct=False``);
+the backward pass reads states back on that thread ahead of their revisits, newest first,
+and a consumed state's slot is reused and its file deleted. No checksums, no manifests, no
+atomic renames, no holes for zero runs, no index, no policy: what is left is the cost every
+Python-threaded implementation pays on the machine (copies, device I/O, the other threads'
+share of the GIL and of the memory system). tiered's distance to this row is the price of
+its guarantees and its generality.
 """
 
 from __future__ import annotations
