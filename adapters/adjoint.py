@@ -124,8 +124,11 @@ class Checkpointer:
     def _recompute_to(self, step: int, recompute: Step | None) -> None:
         below = bisect.bisect_left(self._order, step)
         if below == 0:
-            raise KeyError(f"step {step} was never stored and no stored step below it can "
-                           f"recompute it (stored: {self._order[:8]}...)")
+            held = ", ".join(map(str, self._order[:8])) + (", ..." if len(self._order) > 8
+                                                           else "")
+            raise KeyError(f"step {step} is not held (never stored, or revisited and "
+                           "discarded) and no stored step below it can recompute it "
+                           f"(stored: [{held}])")
         base = self._order[below - 1]
         if recompute is None:
             raise KeyError(f"step {step} was not stored (every={self.every}); pass "

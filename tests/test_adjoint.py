@@ -130,7 +130,7 @@ def test_revisit_of_a_step_never_stored(tmp_path: Path) -> None:
     with host_dir(tmp_path) as cache:
         ckpt = Checkpointer(cache, every=4)
         ckpt.store(4, initial())
-        with pytest.raises(KeyError, match="step 2 was never stored"):
+        with pytest.raises(KeyError, match=r"step 2 is not held .* \(stored: \[4\]\)"):
             ckpt.revisit(2)
         with pytest.raises(KeyError, match="pass recompute="):
             ckpt.revisit(6)
@@ -138,6 +138,13 @@ def test_revisit_of_a_step_never_stored(tmp_path: Path) -> None:
             Checkpointer(cache, every=0)
         with pytest.raises(ValueError, match="step must be a non-negative integer"):
             ckpt.store(-1, initial())
+        many = Checkpointer(cache, name="many")
+        for n in range(5, 16):
+            many.store(n, initial())
+        many.revisit(5)  # consumed: no longer held
+        with pytest.raises(KeyError, match=r"step 5 is not held .*"
+                                           r"\(stored: \[6, 7, 8, 9, 10, 11, 12, 13, \.\.\.\]\)"):
+            many.revisit(5)
 
 
 # ---------------------------------------------------------------- checkpoint_schedules
