@@ -84,9 +84,8 @@ class Checkpointer:
 
     def _put(self, step: int, state: Any) -> None:
         self.cache.store(self.key(step), state)
-        at = bisect.bisect_left(self._order, step)
-        if at == len(self._order) or self._order[at] != step:
-            self._order.insert(at, step)  # appends in a forward sweep
+        if self._position(step) is None:
+            bisect.insort(self._order, step)  # appends in a forward sweep
 
     def revisit(self, step: int, *, recompute: Step | None = None, out: Any = None,
                 copy: bool = True) -> Any:
@@ -114,7 +113,7 @@ class Checkpointer:
         if not self._backward:
             self._backward = True
             self.cache.hint([self.key(s) for s in reversed(self._order)])
-        if not self._holds(step):
+        if self._position(step) is None:
             self._recompute_to(step, recompute)
         value = self.cache.revisit(self.key(step), out=out, copy=copy)
         if self.consume:
@@ -143,13 +142,15 @@ class Checkpointer:
 
     def discard(self, step: int) -> None:
         """Forget the state at ``step`` now (its space is freed in every tier)."""
-        if self._holds(step):
-            del self._order[bisect.bisect_left(self._order, step)]
+        at = self._position(step)
+        if at is not None:
+            del self._order[at]
             self.cache.discard(self.key(step))
 
-    def _holds(self, step: int) -> bool:
+    def _position(self, step: int) -> int | None:
+        """Where ``step`` is in the stored steps, or ``None`` if it is not held."""
         at = bisect.bisect_left(self._order, step)
-        return at < len(self._order) and self._order[at] == step
+        return at if at < len(self._order) and self._order[at] == step else None
 
     @property
     def stored_steps(self) -> list[int]:

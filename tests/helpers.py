@@ -114,14 +114,15 @@ def tier_combos() -> dict[str, Any]:
 PERSISTENT_COMBOS = [name for name in tier_combos() if "dir" in name or "hdf5" in name]
 
 
-def fs_type(path: Path) -> str:
-    """The type of the file system holding ``path`` (``/proc/mounts``, longest mount)."""
+def in_memory_fs(path: Path) -> bool:
+    """Whether ``path`` is on tmpfs or ramfs (``/proc/mounts``, longest mount): there every
+    file is memory, so the page cache cannot be bypassed."""
     best, kind = "", ""
     for line in Path("/proc/mounts").read_text().splitlines():
         _, mount, fstype, *_ = line.split()
         if str(path.resolve()).startswith(mount) and len(mount) > len(best):
             best, kind = mount, fstype
-    return kind
+    return kind in ("tmpfs", "ramfs")
 
 
 def cached_pages(path: Path) -> int:

@@ -9,16 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cached_pages, fs_type
+from helpers import cached_pages, in_memory_fs
 
 from tiered.cli import main
 
 FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
           "recomputed_steps", "peak_rss_bytes", "bytes_written", "bytes_read"}
-
-
-def _on_tmpfs(path: Path) -> bool:
-    return fs_type(path) in ("tmpfs", "ramfs")
 
 
 @pytest.mark.filterwarnings("ignore:Numba not available")
@@ -49,7 +45,7 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     history = 200 * 160 * 160 * 4  # the quick run's snapshots: in-memory holds them all
     assert (by["page-cache", "in-memory"]["peak_rss_bytes"]
             > by["page-cache", "compute-only"]["peak_rss_bytes"] + history // 2)
-    if not _on_tmpfs(tmp_path):  # the emulation must really send every row's reads to the device
+    if not in_memory_fs(tmp_path):  # the emulation must really send every row's reads to the device
         for name in ("np.save/np.load", "pyrevolve-disk", "schedules-multistage-numpy",
                      "tiered-reverse", "tiered-reverse-dense", "tiered-multistage",
                      "bare-thread"):
@@ -154,7 +150,7 @@ def test_cold_io_fsync_runs_tiered_and_the_ring_as_the_plain_files(tmp_path: Pat
     for name in ("tiered-reverse", "bare-thread"):
         assert by["page-cache", name]["image_identical"]
         assert by["beyond-memory", name]["image_identical"]
-        if not _on_tmpfs(tmp_path):
+        if not in_memory_fs(tmp_path):
             assert by["beyond-memory", name]["device_read_bytes"] > 0, name
     from tiered.bench import adjoint, rtm
 
@@ -175,7 +171,7 @@ def test_pyrevolve_disk_storage_is_dropped_when_cold(tmp_path: Path, singlefile:
 
     from tiered.bench.adjoint import cold_disk_storage
 
-    if _on_tmpfs(tmp_path):
+    if in_memory_fs(tmp_path):
         pytest.skip("on tmpfs every file is memory: nothing to tell apart")
     assert pyrevolve is not None
     shape = (64, 64)  # 4 pages per checkpoint
@@ -205,7 +201,7 @@ def test_bare_ring_keeps_cold_files_out_of_the_page_cache(tmp_path: Path, cold: 
     fsync + DONTNEED (``--cold-io fsync``); in the page-cache regime they are."""
     from tiered.bench.bare import BareRing
 
-    if _on_tmpfs(tmp_path):
+    if in_memory_fs(tmp_path):
         pytest.skip("on tmpfs every file is memory: nothing to tell apart")
     state = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) + 1  # 4 pages each
     ring = BareRing(tmp_path / "ring", (64, 64), np.dtype(np.float32), 10, cold=cold,

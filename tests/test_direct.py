@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import cached_pages, fs_type
+from helpers import cached_pages, in_memory_fs
 
 import tiered
 from tiered.movers import staging_buffer
@@ -77,7 +77,7 @@ def _put(tier: tiered.DirectoryTier, key: str, region: np.ndarray) -> Any:
     return tier.put(key, 1, meta, region, leaf_checksums(region, meta))
 
 
-@pytest.mark.skipif(fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+@pytest.mark.skipif(in_memory_fs(Path(os.environ.get("TMPDIR", "/tmp"))),
                     reason="the temporary directory is in memory: every page is cached")
 def test_direct_payload_never_enters_the_page_cache(tmp_path: Path) -> None:
     region = staging_buffer(MiB)  # page-aligned, as host tiers' extents are
@@ -96,7 +96,7 @@ def test_direct_payload_never_enters_the_page_cache(tmp_path: Path) -> None:
     assert cached_pages(record.path) <= 1  # and reading it did not bring it in
 
 
-@pytest.mark.skipif(fs_type(Path(os.environ.get("TMPDIR", "/tmp"))) in ("tmpfs", "ramfs"),
+@pytest.mark.skipif(in_memory_fs(Path(os.environ.get("TMPDIR", "/tmp"))),
                     reason="the temporary directory is in memory: every page is cached")
 def test_unaligned_buffer_is_written_and_read_buffered(tmp_path: Path) -> None:
     base = staging_buffer(MiB + 4096)

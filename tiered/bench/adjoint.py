@@ -52,6 +52,12 @@ DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "t
 COLD_IO = ("direct", "fsync")  # how tiered and the bare ring bypass the page cache
 
 
+def check_cold_io(cold_io: str) -> None:
+    """Raise ``ValueError`` unless ``cold_io`` is one of :data:`COLD_IO`."""
+    if cold_io not in COLD_IO:
+        raise ValueError(f"cold_io must be one of {COLD_IO}, got {cold_io!r}")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AdjointBench:
     """One run's problem, budget and place."""
@@ -63,8 +69,7 @@ class AdjointBench:
     cold_io: str = "direct"  # or "fsync": how tiered and the bare ring bypass the page cache
 
     def __post_init__(self) -> None:
-        if self.cold_io not in COLD_IO:
-            raise ValueError(f"cold_io must be one of {COLD_IO}, got {self.cold_io!r}")
+        check_cold_io(self.cold_io)
 
     @property
     def budget_bytes(self) -> int:
@@ -430,8 +435,7 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
     and bare-thread rows keep their files out of the page cache beyond memory:
     ``"direct"`` (``O_DIRECT``) or ``"fsync"`` (fsync + ``DONTNEED``, as the plain files).
     """
-    if cold_io not in COLD_IO:
-        raise ValueError(f"cold_io must be one of {COLD_IO}, got {cold_io!r}")
+    check_cold_io(cold_io)  # before any row runs
     allowed = DEVICE_ROWS if cfg.device is not None else ROWS
     if unknown := [name for name in rows if name not in allowed]:
         raise ValueError(f"rows {unknown} cannot run with device={cfg.device!r}; "
