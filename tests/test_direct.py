@@ -87,13 +87,39 @@ def test_direct_payload_never_enters_the_page_cache(tmp_path: Path) -> None:
     tier = tiered.DirectoryTier(tmp_path / "d", direct=True, sync=False)
     record = _put(tier, "k", region)
     assert tier.direct
-    assert cached_pages(record.path) <= 1  # at most the page of the manifest
+    assert cached_pages(record.path) == 0  # the manifest and footer went direct too
+    assert record.path.stat().st_size % 4096 == 0  # padded to a whole last page
     out = staging_buffer(MiB)
     before = _device_reads()
     tier.get_into(record, out)
     assert _device_reads() - before >= MiB  # read from the device
     np.testing.assert_array_equal(out, region)
-    assert cached_pages(record.path) <= 1  # and reading it did not bring it in
+    assert cached_pages(record.path) == 0  # and reading it did not bring it in
+
+
+@pytest.mark.skipif(in_memory_fs(Path(os.environ.get("TMPDIR", "/tmp"))),
+                    reason="the temporary directory is in memory: every page is cached")
+@pytest.mark.parametrize("nbytes", [MiB + 128, 2 * 4096 - 64, 3 * 4096 - 4032])
+def test_partial_last_page_goes_direct_in_the_last_block(tmp_path: Path, nbytes: int) -> None:
+    # the rest of the payload, manifest and footer: one aligned block, at any fill of it
+    region = staging_buffer(nbytes)
+    region[:] = np.arange(nbytes, dtype=np.uint64).astype(np.uint8) | 1  # no holes
+    assert flatten(region)[0].nbytes == nbytes  # a region is its value's padded size
+    tier = tiered.DirectoryTier(tmp_path, direct=True, sync=False)
+    record = _put(tier, "k", region)
+    assert tier.direct and cached_pages(record.path) == 0
+    assert record.path.stat().st_size % 4096 == 0
+    out = staging_buffer(nbytes)
+    out[:] = 0
+    tier.get_into(record, out)
+    np.testing.assert_array_equal(out, region)
+    assert cached_pages(record.path) == 0
+    # the padded manifest is an ordinary one to a restart, with or without direct I/O
+    for direct in (False, True):
+        (found,) = tiered.DirectoryTier(tmp_path, direct=direct).scan().records
+        out[:] = 0
+        tiered.DirectoryTier(tmp_path, direct=direct).get_into(found, out)
+        np.testing.assert_array_equal(out, region)
 
 
 @pytest.mark.skipif(in_memory_fs(Path(os.environ.get("TMPDIR", "/tmp"))),
@@ -116,14 +142,14 @@ def test_file_system_refusing_direct_io_falls_back_with_a_warning(
         caplog: pytest.LogCaptureFixture) -> None:
     # Simulated: every file system this can run on here (ext4, tmpfs on Linux >= 6.6)
     # accepts O_DIRECT, so the refusal some others give (EINVAL) is raised by hand.
-    real = directory._set_direct
+    real = os.open
 
-    def refuse(fd: int, on: bool) -> None:
-        if on:
+    def refuse(path: Any, flags: int, *args: Any, **kw: Any) -> int:
+        if flags & os.O_DIRECT:
             raise OSError(errno.EINVAL, "Invalid argument")
-        real(fd, on)
+        return real(path, flags, *args, **kw)
 
-    monkeypatch.setattr(directory, "_set_direct", refuse)
+    monkeypatch.setattr(directory.os, "open", refuse)
     want = _values()["aligned"]
     tier = tiered.DirectoryTier(tmp_path, direct=True)
     with caplog.at_level(logging.WARNING, logger="tiered.tiers.directory"):

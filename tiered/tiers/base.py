@@ -312,14 +312,13 @@ class PersistentTier(Tier):
             self._used += record.file_bytes
         return record
 
-    def sync_file(self, fd: int, *, direct: bool = False) -> None:
+    def sync_file(self, fd: int) -> None:
         """Make a written object file durable and, with ``drop_pages``, drop its pages.
 
         Pages can only be dropped once written back, hence the fsync in either case; the
-        open ``fd`` serves both (no second open of the file). ``direct``: the payload
-        bypassed the page cache, so only ``sync`` asks for the fsync.
+        open ``fd`` serves both (no second open of the file).
         """
-        if self.sync or (self.drop_pages and not direct):
+        if self.sync or self.drop_pages:
             os.fsync(fd)
         if self.drop_pages:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)

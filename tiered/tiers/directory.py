@@ -5,13 +5,13 @@ File layout: ``payload (meta.nbytes) | manifest JSON | footer`` where the 24-byt
 region byte for byte, so a read lands directly in a pooled, aligned host buffer. Runs of
 zero bytes of at least :data:`HOLE_BYTES` (aligned) are left as file holes: never written,
 read back as zeros by the kernel without touching the device, and covered by the payload
-checksum like every other byte.
+checksum like every other byte. Files written with direct I/O pad the manifest with spaces
+(which JSON ignores) so that the file ends on a page boundary.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from tiered.checksum import checksum
+from tiered.errors import CorruptDataError
 from tiered.tiers.base import PersistentTier, Record, pread_into, pwrite_all, spare_cores
 from tiered.values import ValueMeta
 
@@ -103,11 +104,13 @@ class DirectoryTier(PersistentTier):
         Move payloads with direct I/O (``O_DIRECT``): straight between the cache's page-aligned
         buffers and the device, bypassing the OS page cache — no copy through kernel memory,
         no page cache filled with data that is read back once, if ever (a burst buffer
-        or Lustre larger than memory). Only the payload's last partial page and the
-        manifest go through the page cache. Reads then always come from the device (there
-        is no read-ahead to ask for). Falls back to buffered I/O, with a warning, where the
-        file system refuses direct I/O, and for buffers that are not page-aligned. Durability
-        is unchanged: ``sync`` still fsyncs every object. Default ``False``.
+        or Lustre larger than memory). The payload's last partial page, the manifest and
+        the footer are written as one page-aligned last block, also direct: an object is
+        one ``open``, one ``pwritev`` (per data run, with holes) and a ``close``, and
+        nothing of it enters the page cache. Reads always come from the device (there is
+        no read-ahead to ask for). Falls back to buffered I/O, with a warning, where the
+        file system refuses direct I/O, and for buffers that are not page-aligned.
+        Durability is unchanged: ``sync`` still fsyncs every object. Default ``False``.
 
     Notes
     -----
@@ -134,18 +137,16 @@ class DirectoryTier(PersistentTier):
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
         text = self.encode_manifest(manifest)
-        tail = text + _FOOTER.pack(len(text), checksum(text), MAGIC)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        cut = self._direct_cut(region)
+        fd = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, cut)
+        if fd < 0:
+            cut, fd = 0, self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0)
         try:
-            cut = self._direct_cut(fd, region)
             if cut:
-                self._write_direct(fd, region, runs, cut)
-                # the unaligned rest of the payload and the manifest: buffered
-                pwrite_all(fd, [region[cut:], tail], cut)
-                self.sync_file(fd, direct=True)
-                return meta.nbytes + len(tail)
+                return self._write_direct(fd, region, runs, cut, text)
+            tail = text + _FOOTER.pack(len(text), checksum(text), MAGIC)
             last = runs.pop() if runs and runs[-1][1] == meta.nbytes else None
             for start, stop in runs:
                 pwrite_all(fd, region[start:stop], start)
@@ -158,34 +159,60 @@ class DirectoryTier(PersistentTier):
             os.close(fd)
         return meta.nbytes + len(tail)
 
-    def _direct_cut(self, fd: int, region: np.ndarray) -> int:
-        """Switch ``fd`` to direct I/O; return the payload bytes to move so (0: none).
+    def _direct_cut(self, region: np.ndarray) -> int:
+        """Return the payload bytes to move with direct I/O (0: none).
 
-        0 when direct I/O is off, the region is not page-aligned or shorter than a page, or
-        the file system refuses it (then it stays off for this tier, with a warning).
+        0 when direct I/O is off, or the region is not page-aligned or shorter than a page.
         """
         cut = len(region) - len(region) % DIRECT_ALIGN
         if not self.direct or not cut or region.ctypes.data % DIRECT_ALIGN:
             return 0
+        return cut
+
+    def _open(self, path: Path | str, flags: int, direct: int) -> int:
+        """Open with ``O_DIRECT`` when ``direct``; -1 if the file system refuses it.
+
+        A refusal (``EINVAL``) turns direct I/O off for this tier, with a warning.
+        """
+        if not direct:
+            return os.open(path, flags, 0o644)
         try:
-            _set_direct(fd, True)
+            return os.open(path, flags | os.O_DIRECT, 0o644)
         except OSError as exc:
             if exc.errno != errno.EINVAL:
                 raise
-            self.direct = False
-            log.warning("%s: %s refuses direct I/O (%s); using buffered I/O", self.name,
-                        self.root, exc)
-            return 0
-        return cut
+        self.direct = False
+        log.warning("%s: %s refuses direct I/O; using buffered I/O", self.name, self.root)
+        return -1
 
-    @staticmethod
-    def _write_direct(fd: int, region: np.ndarray, runs: list[tuple[int, int]],
-                      cut: int) -> None:
-        """Write the data runs below ``cut`` with direct I/O, then switch ``fd`` back."""
-        for start, stop in runs:
-            if start < cut:
-                pwrite_all(fd, region[start:min(stop, cut)], start)
-        _set_direct(fd, False)
+    def _write_direct(self, fd: int, region: np.ndarray, runs: list[tuple[int, int]],
+                      cut: int, text: bytes) -> int:
+        """Write an object with direct I/O only; return the file's size.
+
+        The payload's data runs below ``cut`` go straight from ``region``; the unaligned
+        rest, the manifest (padded with spaces, which JSON ignores) and the footer make one
+        aligned last block, so nothing enters the page cache and the last data run and
+        that block go in one system call.
+        """
+        rest = len(region) - cut
+        text += b" " * (-(rest + len(text) + _FOOTER.size) % DIRECT_ALIGN)
+        block = aligned_bytes(rest + len(text) + _FOOTER.size)
+        block[:rest] = region[cut:]
+        block[rest:-_FOOTER.size] = np.frombuffer(text, np.uint8)
+        block[-_FOOTER.size:] = np.frombuffer(
+            _FOOTER.pack(len(text), checksum(text), MAGIC), np.uint8)
+        below = [(start, min(stop, cut)) for start, stop in runs if start < cut]
+        if below and below[-1][1] == cut:  # the last run and the block: one system call
+            start = below.pop()[0]
+            pieces: list[Any] = [region[start:cut], block]
+        else:
+            start, pieces = cut, [block]
+        for run_start, run_stop in below:
+            pwrite_all(fd, region[run_start:run_stop], run_start)
+        pwrite_all(fd, pieces, start)
+        if self.sync:  # nothing went through the page cache: no pages to drop
+            os.fsync(fd)
+        return cut + len(block)
 
     def advise(self, record: Record) -> None:
         """Start reading ``record`` ahead (nothing with direct I/O: it bypasses the cache)."""
@@ -212,25 +239,27 @@ class DirectoryTier(PersistentTier):
 
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
         region = region.reshape(-1).view(np.uint8)  # a view: regions are contiguous
-        fd = os.open(record.path, os.O_RDONLY)
+        cut = self._direct_cut(region)
+        fd = self._open(record.path, os.O_RDONLY, cut)
+        if fd < 0:
+            cut, fd = 0, os.open(record.path, os.O_RDONLY)
         try:
-            cut = self._direct_cut(fd, region)
-            if cut:
-                pread_into(fd, region[:cut], 0)
-                if cut == len(region):
-                    return  # page-aligned size: nothing left to read buffered
-                _set_direct(fd, False)
-            pread_into(fd, region[cut:], cut)
+            if not cut:
+                pread_into(fd, region, 0)
+                return
+            pread_into(fd, region[:cut], 0)
+            if cut < len(region):  # the rest: from the aligned block that holds it
+                block = aligned_bytes(DIRECT_ALIGN)
+                got = os.preadv(fd, [block.data], cut)
+                if got < len(region) - cut:
+                    raise CorruptDataError(f"file ends {len(region) - cut - got} bytes early")
+                region[cut:] = block[:len(region) - cut]
         finally:
             os.close(fd)
 
 
-def _set_direct(fd: int, on: bool) -> None:
-    """Turn ``O_DIRECT`` on or off for a file this tier opened (``EINVAL`` where unsupported).
-
-    One ``F_SETFL`` and no ``F_GETFL``: of the flags ``F_SETFL`` changes, the tier's files
-    are opened with none (no ``O_APPEND``, ``O_NONBLOCK``, ``O_NOATIME``, ``O_ASYNC``), so
-    ``O_DIRECT`` or nothing is the whole set. Every system call is a GIL hand-off that the
-    caller's thread may wait on.
-    """
-    fcntl.fcntl(fd, fcntl.F_SETFL, os.O_DIRECT if on else 0)
+def aligned_bytes(nbytes: int) -> np.ndarray:
+    """Return ``nbytes`` uninitialised bytes at a :data:`DIRECT_ALIGN`-aligned address."""
+    raw = np.empty(nbytes + DIRECT_ALIGN, np.uint8)
+    start = -raw.ctypes.data % DIRECT_ALIGN
+    return raw[start:start + nbytes]
