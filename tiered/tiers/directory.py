@@ -141,8 +141,8 @@ class DirectoryTier(PersistentTier):
         runs = data_runs(region) if self.sparse else [(0, len(region))]
         cut = self._direct_cut(region)
         fd = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, cut)
-        if fd < 0:
-            cut, fd = 0, self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0)
+        if fd < 0:  # the refusing open may have created the file (tmpfs before Linux 6.6)
+            cut, fd = 0, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             if cut:
                 return self._write_direct(fd, region, runs, cut, text)
