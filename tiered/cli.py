@@ -24,6 +24,8 @@ def _sizes(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from tiered.bench.adjoint import COLD_IO
+
     p = argparse.ArgumentParser(prog="tiered", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)
@@ -58,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="rounds of every row, round-robin; the median round is reported")
     adj.add_argument("--device", help="keep the wavefields on this torch device (e.g. cuda): "
                                       "GPU snapshots, with a device tier above host memory")
-    adj.add_argument("--cold-io", choices=("direct", "fsync"), default="direct",
+    adj.add_argument("--cold-io", choices=COLD_IO, default=COLD_IO[0],
                      help="beyond memory, how tiered and the bare ring keep their files out "
                           "of the page cache: direct I/O (default), or fsync + DONTNEED "
                           "after each file, as the plain-file rows do")
