@@ -53,6 +53,12 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     # (holes are not compared here: a quick snapshot is 100 KiB, one whole 64 KiB block,
     # so the sparse and dense rows write within noise of each other; tests/test_sparse.py
     # checks the blocks a file allocates)
+    for row in rows:  # the solver's thread and the others, measured in the row's process
+        assert 0 <= row["solver_wait_s"] < row["wall_s"], row["name"]
+        assert row["background_cpu_s"] >= 0, row["name"]
+    # the lanes and the ring's thread drained and read back states beside the solver
+    for name in ("tiered-reverse", "bare-thread"):
+        assert by["beyond-memory", name]["background_cpu_s"] > 0.01, name
     printed = capsys.readouterr()
     assert "tiered-reverse" in printed.out
     assert "[20/20] beyond-memory" in printed.err  # one progress line per row

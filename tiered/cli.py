@@ -147,7 +147,8 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
                        progress=lambda line: print(line, file=sys.stderr, flush=True),
                        cold_io=args.cold_io)
     return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
-                  "recomputed_steps", "vs_compute", "speedup_vs_numpy", "speedup_bound",
+                  "solver_wait_s", "background_cpu_s", "recomputed_steps", "vs_compute",
+                  "speedup_vs_numpy", "speedup_bound",
                   "peak_rss_bytes", *(["peak_device_bytes"] if args.device else []),
                   "bytes_written", "bytes_read", "device_read_bytes", "direct_io",
                   "image_identical"]

@@ -385,9 +385,10 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     bench.cfg.ops.asarray(np.zeros(1, np.float32))  # start the device's context untimed
     bench.cfg.ops.sync()
     before = _io()
-    started = time.perf_counter()
+    started, cpu, solver = time.perf_counter(), time.process_time(), time.thread_time()
     row = RUNNERS[name](bench, data)
     wall = time.perf_counter() - started
+    solver, cpu = time.thread_time() - solver, time.process_time() - cpu
     after = _io()
     if (bench.cfg.device or "").startswith("cuda"):
         import torch
@@ -400,6 +401,9 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     return {"name": name, "regime": bench.regime, "wall_s": wall,
             "stall_s": row.pop("stall_s", 0.0), "recomputed_steps": 0, **row,
             "setup_s": setup, "direct_io": bench.direct,
+            # the solver's thread off its CPU (GIL and lock waits, I/O it waited for,
+            # interrupts and the hypervisor) and the CPU every other thread used
+            "solver_wait_s": wall - solver, "background_cpu_s": cpu - solver,
             "peak_rss_bytes": _peak_rss(),
             "bytes_written": after["wchar"] - before["wchar"],
             "bytes_read": after["rchar"] - before["rchar"],
