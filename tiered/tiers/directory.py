@@ -139,10 +139,7 @@ class DirectoryTier(PersistentTier):
         text = self.encode_manifest(manifest)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
-        cut = self._direct_cut(region)
-        fd = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, cut)
-        if fd < 0:  # the refusing open may have created the file (tmpfs before Linux 6.6)
-            cut, fd = 0, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, region)
         try:
             if cut:
                 return self._write_direct(fd, region, runs, cut, text)
@@ -169,21 +166,25 @@ class DirectoryTier(PersistentTier):
             return 0
         return cut
 
-    def _open(self, path: Path | str, flags: int, direct: int) -> int:
-        """Open with ``O_DIRECT`` when ``direct``; -1 if the file system refuses it.
+    def _open(self, path: Path | str, flags: int, region: np.ndarray) -> tuple[int, int]:
+        """Open ``path`` to move ``region``; return the fd and the bytes to move direct.
 
-        A refusal (``EINVAL``) turns direct I/O off for this tier, with a warning.
+        With ``O_DIRECT`` when :meth:`_direct_cut` allows it. A refusal (``EINVAL``) turns
+        direct I/O off for this tier, with a warning, and opens buffered — without
+        ``O_EXCL``: the refusing open may have created the file (tmpfs before Linux 6.6),
+        empty.
         """
-        if not direct:
-            return os.open(path, flags, 0o644)
-        try:
-            return os.open(path, flags | os.O_DIRECT, 0o644)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-        self.direct = False
-        log.warning("%s: %s refuses direct I/O; using buffered I/O", self.name, self.root)
-        return -1
+        cut = self._direct_cut(region)
+        if cut:
+            try:
+                return os.open(path, flags | os.O_DIRECT, 0o644), cut
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+            self.direct = False
+            log.warning("%s: %s refuses direct I/O; using buffered I/O", self.name, self.root)
+            flags &= ~os.O_EXCL
+        return os.open(path, flags, 0o644), 0
 
     def _write_direct(self, fd: int, region: np.ndarray, runs: list[tuple[int, int]],
                       cut: int, text: bytes) -> int:
@@ -239,10 +240,7 @@ class DirectoryTier(PersistentTier):
 
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
         region = region.reshape(-1).view(np.uint8)  # a view: regions are contiguous
-        cut = self._direct_cut(region)
-        fd = self._open(record.path, os.O_RDONLY, cut)
-        if fd < 0:
-            cut, fd = 0, os.open(record.path, os.O_RDONLY)
+        fd, cut = self._open(record.path, os.O_RDONLY, region)
         try:
             if not cut:
                 pread_into(fd, region, 0)
