@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tiered.bench import COLD_IO
 from tiered.sizes import format_size
 
 
@@ -24,8 +25,6 @@ def _sizes(text: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tiered.bench.adjoint import COLD_IO
-
     p = argparse.ArgumentParser(prog="tiered", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = p.add_subparsers(dest="command", required=True)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.bench import rtm
+from tiered.bench import COLD_IO, rtm
 
 REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
@@ -49,7 +49,6 @@ ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
         "tiered-reverse-dense", "tiered-multistage", "bare-thread")
 REFERENCE_ROWS = ("compute-only", "np.save/np.load")  # every ratio is against these two
 DEVICE_ROWS = ("compute-only", "in-memory", "host-memory", "np.save/np.load", "tiered-reverse")
-COLD_IO = ("direct", "fsync")  # how tiered and the bare ring bypass the page cache
 
 
 def check_cold_io(cold_io: str) -> None:
