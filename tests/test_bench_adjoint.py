@@ -23,9 +23,13 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     out = tmp_path / "adjoint.json"
     assert main(["bench", "adjoint", "--quick", "--json", str(out),
                  "--workdir", str(tmp_path)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    written = json.loads(out.read_text())
+    rows = written["rows"]
     assert {r["regime"] for r in rows} == {"page-cache", "beyond-memory"}
     assert len(rows) == 2 * 10
+    # the targets, judged on this run: 3 per regime, each with a verdict and a reason
+    assert len(written["targets"]) == 6
+    assert all(v["met"] in (True, False, None) and v["why"] for v in written["targets"])
     for row in rows:
         assert FIELDS <= set(row), row["name"]
         if row["name"] != "compute-only":
@@ -61,6 +65,7 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
         assert by["beyond-memory", name]["background_cpu_s"] > 0.01, name
     printed = capsys.readouterr()
     assert "tiered-reverse" in printed.out
+    assert "2x faster than np.save" in printed.out  # the verdicts follow the table
     assert "[20/20] beyond-memory" in printed.err  # one progress line per row
 
 

@@ -189,7 +189,14 @@ def _bench(args: argparse.Namespace) -> int:
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)
         cols = ["loop", "background", "alone_s", "loaded_s", "slowdown"]
     print(table(rows, cols))
-    print(f"wrote {save_json(args.bench, rows, args.json)}")
+    extra = None
+    if args.bench == "adjoint":
+        from tiered.bench import targets
+
+        verdicts = targets.judge(rows)
+        print(targets.report(verdicts))
+        extra = {"targets": verdicts}
+    print(f"wrote {save_json(args.bench, rows, args.json, extra)}")
     return 0
 
 
