@@ -194,6 +194,8 @@ def _bench(args: argparse.Namespace) -> int:
         from tiered.bench import targets
 
         verdicts = targets.judge(rows)
+        if args.quick:  # fixed costs dominate a 100 KiB snapshot
+            print("(--quick: too small a problem for these verdicts to mean anything)")
         print(targets.report(verdicts))
         extra = {"targets": verdicts}
     print(f"wrote {save_json(args.bench, rows, args.json, extra)}")
