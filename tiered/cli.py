@@ -189,17 +189,20 @@ def _bench(args: argparse.Namespace) -> int:
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)
         cols = ["loop", "background", "alone_s", "loaded_s", "slowdown"]
     print(table(rows, cols))
-    extra = None
-    if args.bench == "adjoint":
-        from tiered.bench import targets
-
-        verdicts = targets.judge(rows)
-        if args.quick:  # fixed costs dominate a 100 KiB snapshot
-            print("(--quick: too small a problem for these verdicts to mean anything)")
-        print(targets.report(verdicts))
-        extra = {"targets": verdicts}
+    extra = _verdicts(args, rows) if args.bench == "adjoint" else None
     print(f"wrote {save_json(args.bench, rows, args.json, extra)}")
     return 0
+
+
+def _verdicts(args: argparse.Namespace, rows: list[Any]) -> dict[str, Any]:
+    """Print the adjoint benchmark's targets judged on its rows; return them for the JSON."""
+    from tiered.bench import targets
+
+    verdicts = targets.judge(rows)
+    if args.quick:  # fixed costs dominate a 100 KiB snapshot
+        print("(--quick: too small a problem for these verdicts to mean anything)")
+    print(targets.report(verdicts))
+    return {"targets": verdicts}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
