@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tiered.bench import targets
+from tiered.bench.adjoint import add_ratios
 
 
 def _row(regime: str, name: str, wall: float, forward: float | None = None) -> dict[str, Any]:
@@ -20,7 +21,7 @@ def test_page_cache_targets_are_ratios_to_np_save_and_compute_only() -> None:
     rows = [_row("page-cache", name, wall) for name, wall in (
         ("compute-only", 1.0), ("np.save/np.load", 1.5), ("tiered-reverse", 1.52),
         ("tiered-multistage", 3.0), ("pyrevolve-memory", 2.0), ("pyrevolve-disk", 2.5))]
-    v = _by(targets.judge(rows))
+    v = _by(targets.judge(add_ratios(rows)))
     slower = v["page-cache", "not slower than np.save"]
     assert slower["row"] == "tiered-reverse"  # the fastest tiered row is judged
     assert slower["met"] and slower["value"] == round(1.52 / 1.5, 3)
@@ -30,7 +31,8 @@ def test_page_cache_targets_are_ratios_to_np_save_and_compute_only() -> None:
     assert ahead["met"] and ahead["value"] == round(2.0 / 1.52, 3)
     assert "pyrevolve-memory" in ahead["why"]
     rows[2]["wall_s"] = 1.6  # 1.07x np.save's time: slower than allowed
-    assert _by(targets.judge(rows))["page-cache", "not slower than np.save"]["met"] is False
+    v = _by(targets.judge(add_ratios(rows)))
+    assert v["page-cache", "not slower than np.save"]["met"] is False
 
 
 def test_beyond_memory_says_when_2x_is_out_of_reach_and_when_1_1x_applies() -> None:
@@ -38,7 +40,7 @@ def test_beyond_memory_says_when_2x_is_out_of_reach_and_when_1_1x_applies() -> N
     rows = [_row("beyond-memory", "compute-only", 2.0, forward=1.0),
             _row("beyond-memory", "np.save/np.load", 3.0, forward=1.6),
             _row("beyond-memory", "tiered-reverse", 2.1)]
-    v = _by(targets.judge(rows))
+    v = _by(targets.judge(add_ratios(rows)))
     faster = v["beyond-memory", "2x faster than np.save"]
     assert faster["met"] is False and "out of reach for every configuration" in faster["why"]
     near = v["beyond-memory", "within 1.1x compute only when compute >= I/O"]
@@ -46,7 +48,7 @@ def test_beyond_memory_says_when_2x_is_out_of_reach_and_when_1_1x_applies() -> N
     assert v["beyond-memory", "ahead of pyrevolve and checkpoint_schedules"]["met"] is None
     # np.save's forward I/O (2.0 s) exceeds the forward compute (1.0 s): 1.1x does not apply
     rows[1].update(wall_s=5.0, forward_s=3.0)
-    v = _by(targets.judge(rows))
+    v = _by(targets.judge(add_ratios(rows)))
     assert v["beyond-memory", "within 1.1x compute only when compute >= I/O"]["met"] is None
     faster = v["beyond-memory", "2x faster than np.save"]
     assert faster["met"] is True and "out of reach" not in faster["why"]
@@ -58,7 +60,7 @@ def test_a_regime_without_tiered_rows_gets_no_verdicts_and_report_has_a_line_eac
             _row("beyond-memory", "np.save/np.load", 1.2),
             _row("beyond-memory", "tiered-reverse", 1.3),
             _row("beyond-memory", "schedules-multistage-numpy", 1.2)]
-    verdicts = targets.judge(rows)
+    verdicts = targets.judge(add_ratios(rows))
     assert {v["regime"] for v in verdicts} == {"beyond-memory"}
     ahead = _by(verdicts)["beyond-memory", "ahead of pyrevolve and checkpoint_schedules"]
     assert ahead["met"] is False  # the schedule's row was faster

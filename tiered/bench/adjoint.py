@@ -467,20 +467,31 @@ def run(cfg: rtm.RTMConfig, workdir: Path | None = None, rows: tuple[str, ...] =
         reference = rtm.in_memory_image(cfg, data)
         for row, image in images:
             row["image_identical"] = bool(np.array_equal(image, reference))
-    out = [_median(runs) for runs in samples.values()]
+    out = add_ratios([_median(runs) for runs in samples.values()])
     for row in out:
-        same = [r for r in out if r["regime"] == row["regime"]]
+        row.update(history_bytes=cfg.nt * cfg.snapshot_bytes, nz=cfg.nz, nx=cfg.nx, nt=cfg.nt,
+                   substeps=cfg.substeps, cold_io=cold_io)
+    return out
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add each row's ratios to the reference rows of its regime; return ``rows``.
+
+    ``vs_compute`` (wall time over compute only's), ``speedup_vs_numpy`` (np.save's wall
+    time over the row's), ``speedup_bound`` (np.save's over compute only's: no
+    configuration beats compute only, so no speed-up over np.save exceeds it) and, where
+    the bare ring ran, ``vs_bare_thread``.
+    """
+    for row in rows:
+        same = [r for r in rows if r["regime"] == row["regime"]]
         base = next(r for r in same if r["name"] == "compute-only")["wall_s"]
         naive = next(r for r in same if r["name"] == "np.save/np.load")["wall_s"]
         floor = next((r for r in same if r["name"] == "bare-thread"), None)
         if floor is not None:  # what tiered's guarantees cost over the bare mechanism
             row["vs_bare_thread"] = row["wall_s"] / floor["wall_s"]
-        # no configuration beats compute only, so no speed-up over np.save exceeds this
         row.update(vs_compute=row["wall_s"] / base, speedup_vs_numpy=naive / row["wall_s"],
-                   speedup_bound=naive / base,
-                   history_bytes=cfg.nt * cfg.snapshot_bytes, nz=cfg.nz, nx=cfg.nx, nt=cfg.nt,
-                   substeps=cfg.substeps, cold_io=cold_io)
-    return out
+                   speedup_bound=naive / base)
+    return rows
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -25,8 +25,9 @@ def judge(rows: list[Row]) -> list[Row]:
     Parameters
     ----------
     rows : list of dict
-        One row per configuration and regime, with ``wall_s`` and ``forward_s``; each regime
-        present needs its ``compute-only`` and ``np.save/np.load`` rows.
+        One row per configuration and regime, with ``wall_s``, ``forward_s`` and the ratios
+        of :func:`tiered.bench.adjoint.add_ratios`; each regime present needs its
+        ``compute-only`` and ``np.save/np.load`` rows.
 
     Returns
     -------
@@ -41,9 +42,8 @@ def judge(rows: list[Row]) -> list[Row]:
         if not tiered:
             continue
         best = min(tiered, key=lambda r: r["wall_s"])
-        base, naive = same["compute-only"], same["np.save/np.load"]
-        judged = (_page_cache(best, base, naive) if regime == "page-cache"
-                  else _beyond_memory(best, base, naive))
+        judged = (_page_cache(best) if regime == "page-cache"
+                  else _beyond_memory(best, same["compute-only"], same["np.save/np.load"]))
         judged.append(_ahead_of_recomputation(best, same))
         out += [{"regime": regime, "row": best["name"], **v} for v in judged]
     return out
@@ -55,9 +55,9 @@ def _verdict(target: str, value: float | None, limit: float, met: bool | None,
             "limit": limit, "met": met, "why": why}
 
 
-def _page_cache(best: Row, base: Row, naive: Row) -> list[Row]:
-    slower = best["wall_s"] / naive["wall_s"]
-    near = best["wall_s"] / base["wall_s"]
+def _page_cache(best: Row) -> list[Row]:
+    slower = 1 / best["speedup_vs_numpy"]
+    near = best["vs_compute"]
     return [
         _verdict("not slower than np.save", slower, NOT_SLOWER, slower <= NOT_SLOWER,
                  f"{slower:.2f}x np.save's wall time"),
@@ -67,13 +67,12 @@ def _page_cache(best: Row, base: Row, naive: Row) -> list[Row]:
 
 
 def _beyond_memory(best: Row, base: Row, naive: Row) -> list[Row]:
-    speedup = naive["wall_s"] / best["wall_s"]
-    bound = naive["wall_s"] / base["wall_s"]
+    speedup, bound = best["speedup_vs_numpy"], best["speedup_bound"]
     why = f"{speedup:.2f}x np.save's speed"
     if bound < FASTER:
         why += (f"; out of reach for every configuration: np.save takes only {bound:.2f}x"
                 " compute only's time")
-    near = best["wall_s"] / base["wall_s"]
+    near = best["vs_compute"]
     compute = base["forward_s"]
     io = naive["forward_s"] - base["forward_s"]  # what np.save adds to the forward pass
     applies = compute >= io
