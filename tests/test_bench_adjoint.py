@@ -60,6 +60,14 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     for row in rows:  # the solver's thread and the others, measured in the row's process
         assert 0 <= row["solver_wait_s"] < row["wall_s"], row["name"]
         assert row["background_cpu_s"] >= 0, row["name"]
+        assert 0 <= row["solver_runq_s"] < row["wall_s"], row["name"]  # Linux: CI's machine
+        assert isinstance(row["solver_blocks"], int) and row["solver_blocks"] >= 0
+    for (regime, name), row in by.items():  # time in the row's own store and load calls
+        if name in ("in-memory", "np.save/np.load", "tiered-reverse", "bare-thread"):
+            assert 0 < row["calls_s"] < row["forward_s"] + row["backward_s"], (regime, name)
+    # writing every snapshot to a file inside the call costs more than a copy into memory
+    assert (by["beyond-memory", "np.save/np.load"]["calls_s"]
+            > by["beyond-memory", "in-memory"]["calls_s"])
     # the lanes and the ring's thread drained and read back states beside the solver
     for name in ("tiered-reverse", "bare-thread"):
         assert by["beyond-memory", name]["background_cpu_s"] > 0.01, name
@@ -271,3 +279,23 @@ def test_bare_ring_raises_what_its_io_thread_hit(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="more slots than its depth|at least 1"):
             BareRing(tmp_path / "other", (4,), np.dtype(np.float32), slots, cold=False,
                      depth=depth)
+
+
+def test_solver_waits_split_the_threads_sleeps_from_its_cpu_queue() -> None:
+    from tiered.bench.adjoint import _solver_sched, _solver_waits
+    from tiered.bench.common import table
+
+    before = _solver_sched()
+    assert before is not None  # Linux, as CI's machine
+    flag = threading.Event()
+    waiter = threading.Thread(target=lambda: flag.wait(0.05))
+    waiter.start()
+    for _ in range(20):  # the main thread sleeps 20 times: each is a voluntary switch
+        flag.wait(0.001)
+    waiter.join()
+    split = _solver_waits(before, _solver_sched())
+    assert split["solver_blocks"] is not None and split["solver_blocks"] >= 20
+    assert split["solver_runq_s"] is not None and split["solver_runq_s"] >= 0
+    off_linux = _solver_waits(None, before)
+    assert off_linux == {"solver_runq_s": None, "solver_blocks": None}
+    assert table([{"a": None, "b": 1.0}], ["a", "b"]).splitlines()[1].split() == ["1.000"]

@@ -187,13 +187,14 @@ def _compute_only(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
 
 def _store_load(b: AdjointBench, data: np.ndarray, store: Callable[[int, rtm.Array], object],
                 load: Callable[[int], rtm.Array], timer: Timer) -> dict[str, Any]:
+    calls = Timer()  # the solver's time inside the row's store and load calls
     t0 = time.perf_counter()
-    rtm.forward_pass(b.cfg, store)
+    rtm.forward_pass(b.cfg, calls.wrap(store))
     b.cfg.ops.sync()  # device work queued by the forward pass counts towards it
     t1 = time.perf_counter()
-    image = rtm.backward_pass(b.cfg, data, timer.wrap(load))  # ends on the host
+    image = rtm.backward_pass(b.cfg, data, calls.wrap(timer.wrap(load)))  # ends on the host
     return {"forward_s": t1 - t0, "backward_s": time.perf_counter() - t1, "image": image,
-            "stall_s": timer.seconds}
+            "stall_s": timer.seconds, "calls_s": calls.seconds}
 
 
 def _in_memory(b: AdjointBench, data: np.ndarray) -> dict[str, Any]:
@@ -361,6 +362,35 @@ RUNNERS: dict[str, Callable[[AdjointBench, np.ndarray], dict[str, Any]]] = {
 
 
 # ---------------------------------------------------------------- one row per process
+def _solver_sched() -> tuple[float, int] | None:
+    """Return this thread's run-queue wait (s) and voluntary context switches so far.
+
+    From ``/proc/thread-self`` (Linux); ``None`` where it is not there.
+    """
+    try:
+        with open("/proc/thread-self/schedstat") as fh:
+            runq_ns = int(fh.read().split()[1])
+        with open("/proc/thread-self/status") as fh:
+            switches = next(int(line.split()[1]) for line in fh
+                            if line.startswith("voluntary_ctxt_switches:"))
+    except (OSError, IndexError, ValueError, StopIteration):
+        return None
+    return runq_ns / 1e9, switches
+
+
+def _solver_waits(before: tuple[float, int] | None,
+                  after: tuple[float, int] | None) -> dict[str, float | int | None]:
+    """Split the solver's waits: ready but with no CPU free, or blocked (how often).
+
+    ``solver_runq_s`` is time the solver's thread was runnable but waited for a CPU (the
+    other threads and processes had them all); ``solver_blocks`` counts the times it went
+    to sleep (for the GIL, a lock, or I/O). Both ``None`` off Linux.
+    """
+    if before is None or after is None:
+        return {"solver_runq_s": None, "solver_blocks": None}
+    return {"solver_runq_s": after[0] - before[0], "solver_blocks": after[1] - before[1]}
+
+
 def _io() -> dict[str, int]:
     with open("/proc/self/io") as fh:
         return {k: int(v) for k, v in (line.split(": ") for line in fh)}
@@ -383,12 +413,12 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     data = np.load(bench.workdir.parent / "data.npy")
     bench.cfg.ops.asarray(np.zeros(1, np.float32))  # start the device's context untimed
     bench.cfg.ops.sync()
-    before = _io()
+    before, sched = _io(), _solver_sched()
     started, cpu, solver = time.perf_counter(), time.process_time(), time.thread_time()
     row = RUNNERS[name](bench, data)
     wall = time.perf_counter() - started
     solver, cpu = time.thread_time() - solver, time.process_time() - cpu
-    after = _io()
+    after, sched_after = _io(), _solver_sched()
     if (bench.cfg.device or "").startswith("cuda"):
         import torch
 
@@ -403,7 +433,7 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
             # the solver's thread off its CPU (GIL and lock waits, I/O it waited for,
             # interrupts and the hypervisor) and the CPU every other thread used
             "solver_wait_s": wall - solver, "background_cpu_s": cpu - solver,
-            "peak_rss_bytes": _peak_rss(),
+            **_solver_waits(sched, sched_after), "peak_rss_bytes": _peak_rss(),
             "bytes_written": after["wchar"] - before["wchar"],
             "bytes_read": after["rchar"] - before["rchar"],
             "device_read_bytes": after["read_bytes"] - before["read_bytes"],

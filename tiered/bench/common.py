@@ -69,8 +69,8 @@ def save_json(name: str, rows: list[dict[str, Any]], path: str | None,
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """Format rows as a plain aligned text table."""
-    def cell(v: Any) -> str:
-        return f"{v:.3f}" if isinstance(v, float) else str(v)
+    def cell(v: Any) -> str:  # a field not measured (None) stays blank, as a missing one
+        return f"{v:.3f}" if isinstance(v, float) else "" if v is None else str(v)
 
     widths = [max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in columns]
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
