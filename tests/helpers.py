@@ -147,3 +147,8 @@ def cached_pages(path: Path) -> int:
         return sum(b & 1 for b in vec.raw)
     finally:
         os.close(fd)
+
+
+def object_files(root: Path) -> list[Path]:
+    """The committed object files of a directory tier (not temp or spare files)."""
+    return sorted(p for p in root.glob("*.tdat") if not p.name.startswith("."))

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import object_files
 
 import tiered
 
@@ -121,11 +122,11 @@ def test_discarded_files_are_deleted_in_the_background(tmp_path):
         for i in range(3):
             cache.store(i, _value(i))
         cache.flush()
-        assert len(list(disk.glob("*.tdat"))) == 3
+        assert len(object_files(disk)) == 3
         cache.discard(1)
         assert 1 not in cache  # gone from the index at once
         cache.flush()  # waits for the unlink
-        names = sorted(p.name for p in disk.glob("*.tdat"))
+        names = [p.name for p in object_files(disk)]
         assert len(names) == 2 and not any(n.startswith("1~") for n in names)
         np.testing.assert_array_equal(cache.revisit(2), _value(2))
     with tiered.Cache([tiered.DirectoryTier(disk)]) as again:  # restart: 1 stays discarded
@@ -137,7 +138,7 @@ def test_a_failed_background_deletion_is_reported(tmp_path):
     cache = tiered.Cache([tiered.HostTier(4 * MiB), tiered.DirectoryTier(disk)])
     cache.store("a", _value(1))
     cache.flush()
-    (path,) = disk.glob("*.tdat")
+    (path,) = object_files(disk)
     path.unlink()
     path.mkdir()  # a real fault: unlink() of that name now fails with IsADirectoryError
     (path / "x").write_bytes(b"")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import object_files
 from tiered.adapters.adjoint import Checkpointer
 
 import tiered
@@ -16,7 +17,7 @@ def _value(i: int) -> np.ndarray:
 
 
 def _files(path) -> int:
-    return len(list(path.glob("*.tdat")))
+    return len(object_files(path))
 
 
 def test_lazy_stores_that_fit_stay_in_memory_until_flush(tmp_path):

@@ -45,6 +45,7 @@ from tiered.values import ValueMeta
 log = logging.getLogger(__name__)
 FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
+SPARE_PREFIX = f"{TMP_PREFIX}spare-"  # emptied object files a tier keeps to write into again
 MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
 LANE_PREFIX = "tiered-"  # background lane threads are named so
 
@@ -184,6 +185,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
 def advise_file(path: Path, advice: int) -> None:
     """Give the kernel ``posix_fadvise`` ``advice`` about all of ``path``."""
     fd = os.open(path, os.O_RDONLY)
@@ -293,9 +301,7 @@ class PersistentTier(Tier):
         manifest = {"format": FORMAT, "key": key_to_json(key), "version": version,
                     "meta": meta.to_json(),
                     "checksum": {"algorithm": ALGORITHM, "leaves": list(checksums)}}
-        # a random name, not uuid4: no urandom system call per object (each system call is
-        # a GIL hand-off the caller's thread pays for); random reseeds in a forked child
-        tmp = self.root / f"{TMP_PREFIX}{os.getpid():x}-{random.getrandbits(64):016x}{self.suffix}"
+        tmp = self._temp_path()
         final = self.path_for(key, version)
         try:
             size = self._write_file(tmp, manifest, meta, region)
@@ -311,6 +317,15 @@ class PersistentTier(Tier):
         with self._lock:
             self._used += record.file_bytes
         return record
+
+    def _temp_path(self, kind: str = "") -> Path:
+        """Return a fresh temp-file name in the root (``kind`` tags what it is for).
+
+        A random name, not uuid4: no urandom system call per object (each system call is a
+        GIL hand-off the caller's thread pays for); random reseeds in a forked child.
+        """
+        return self.root / (f"{TMP_PREFIX}{kind}{os.getpid():x}-"
+                            f"{random.getrandbits(64):016x}{self.suffix}")
 
     def sync_file(self, fd: int) -> None:
         """Make a written object file durable and, with ``drop_pages``, drop its pages.
@@ -385,7 +400,10 @@ class PersistentTier(Tier):
         problems: list[str] = []
         newest: dict[Key, Record] = {}
         for path in sorted(self.root.iterdir()):
-            if path.name.startswith(TMP_PREFIX):
+            if path.name.startswith(SPARE_PREFIX) and _empty(path):  # kept for reuse
+                if repair:
+                    path.unlink(missing_ok=True)
+            elif path.name.startswith(TMP_PREFIX):
                 verb = "removed" if repair else "found"
                 problems.append(f"{self.name}: {verb} incomplete write {path.name} "
                                 "(left by a killed writer)")

@@ -11,6 +11,7 @@ checksum like every other byte. Files written with direct I/O pad the manifest w
 
 from __future__ import annotations
 
+import collections
 import errno
 import json
 import logging
@@ -23,7 +24,14 @@ import numpy as np
 
 from tiered.checksum import checksum
 from tiered.errors import CorruptDataError
-from tiered.tiers.base import PersistentTier, Record, pread_into, pwrite_all, spare_cores
+from tiered.tiers.base import (
+    SPARE_PREFIX,
+    PersistentTier,
+    Record,
+    pread_into,
+    pwrite_all,
+    spare_cores,
+)
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
@@ -111,6 +119,14 @@ class DirectoryTier(PersistentTier):
         no read-ahead to ask for). Falls back to buffered I/O, with a warning, where the
         file system refuses direct I/O, and for buffers that are not page-aligned.
         Durability is unchanged: ``sync`` still fsyncs every object. Default ``False``.
+    spares : int
+        Deleted object files kept, emptied, to write later objects into (default 256; 0
+        deletes them). A file system pays for every new file: ext4 spent 0.8–1.0 ms of CPU
+        per 1 MiB file created here while many files had just been deleted (it skips
+        recently freed inodes), against 0.15–0.2 ms after a minute's rest, and a parallel
+        file system's metadata server is slower still. Reusing a file skips that. Spares
+        hold no data blocks; they are removed at ``close`` and, after a crash, when the
+        directory is next opened.
 
     Notes
     -----
@@ -124,9 +140,14 @@ class DirectoryTier(PersistentTier):
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
                  name: str = "directory", drop_pages: bool = False, sync: bool = True,
                  writers: int | None = None, readers: int | None = None,
-                 sparse: bool = True, direct: bool = False) -> None:
+                 sparse: bool = True, direct: bool = False, spares: int = 256) -> None:
         super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
                          sync=sync)
+        if not isinstance(spares, int) or isinstance(spares, bool) or spares < 0:
+            raise ValueError(f"spares must be a non-negative integer, got {spares!r}")
+        self.spares = spares
+        self.reused = 0  # objects written into a spare file so far
+        self._spare_files: collections.deque[Path] = collections.deque()
         self.direct = bool(direct)
         if writers is None:
             writers = 4 if sync or drop_pages else spare_cores()
@@ -134,12 +155,52 @@ class DirectoryTier(PersistentTier):
         self.readers = _threads("readers", spare_cores() if readers is None else readers)
         self.sparse = bool(sparse)
 
+    def _temp_path(self, kind: str = "") -> Path:
+        """Return a spare file to write the next object into, or a fresh temp name."""
+        if not kind:
+            try:
+                spare = self._spare_files.pop()
+            except IndexError:
+                pass
+            else:
+                with self._lock:
+                    self.reused += 1
+                return spare
+        return super()._temp_path(kind)
+
+    def delete(self, record: Record) -> None:
+        """Remove an object: empty its file and keep it as a spare, or unlink it."""
+        if len(self._spare_files) >= self.spares or self.closed:
+            super().delete(record)
+            return
+        spare = self._temp_path("spare-")
+        try:  # renamed first: a crash before the truncation leaves no object behind
+            os.replace(record.path, spare)
+        except FileNotFoundError:
+            return
+        with self._lock:
+            self._used -= record.file_bytes
+        try:
+            os.truncate(spare, 0)  # frees its blocks: a spare holds no data
+        except OSError:
+            spare.unlink(missing_ok=True)
+            raise
+        self._spare_files.append(spare)
+
+    def close(self) -> None:
+        """Remove the spare files; idempotent."""
+        super().close()
+        while self._spare_files:
+            self._spare_files.pop().unlink(missing_ok=True)
+
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
         text = self.encode_manifest(manifest)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
-        fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, region)
+        # a spare is empty: written into (or created again, if someone removed it)
+        reuse = os.O_TRUNC if tmp.name.startswith(SPARE_PREFIX) else os.O_EXCL
+        fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | reuse, region)
         try:
             if cut:
                 return self._write_direct(fd, region, runs, cut, text)
