@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                             ("interference", "foreground slowdown while draining"),
                             ("revisit", "backward-pass stall with each prefetch policy"),
                             ("adjoint", "reverse time migration, every way of keeping it"),
-                            ("history", "store/revisit cost per call as the history grows")):
+                            ("history", "store/revisit cost per call as the history grows"),
+                            ("sweeps", "CPU per state over several sweeps, files new or reused")):
         b = kinds.add_parser(name, help=help_text)
         b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
         b.add_argument("--workdir", help="directory for the files (default: system temp)")
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     hist.add_argument("--counts", type=_sizes, default=[1000, 4000, 16000],
                       help="history lengths, comma-separated")
     hist.add_argument("--state-kib", type=_positive, default=4, help="KiB per state")
+    swp = kinds.choices["sweeps"]
+    swp.add_argument("--states", type=_positive, default=200, help="states per sweep")
+    swp.add_argument("--sweeps", type=_positive, default=3, help="forward/backward sweeps")
+    swp.add_argument("--state-mib", type=_positive, default=1, help="MiB per state")
+    swp.add_argument("--rounds", type=_positive, default=5,
+                     help="rounds of every row, alternated; the median round is reported")
     rev = kinds.choices["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
@@ -179,6 +186,14 @@ def _bench(args: argparse.Namespace) -> int:
         cols = ["states", "state_kib", "limit_store_us", "dict_store_us", "store_us",
                 "store_vs_dict", "store_growth", "limit_revisit_us", "dict_revisit_us",
                 "revisit_us", "revisit_growth"]
+    elif args.bench == "sweeps":
+        from tiered.bench import sweeps
+
+        rows = (sweeps.run(24, 2, 1, rounds=1, workdir=workdir) if args.quick else
+                sweeps.run(args.states, args.sweeps, args.state_mib, args.rounds,
+                           workdir=workdir))
+        cols = ["name", "states", "sweeps", "state_mib", "wall_s", "cpu_us_per_state",
+                "cpu_vs_new_files", "files_reused"]
     elif args.bench == "adjoint":
         try:
             rows, cols = _adjoint(args, workdir)
