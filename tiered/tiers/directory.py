@@ -126,7 +126,9 @@ class DirectoryTier(PersistentTier):
         recently freed inodes), against 0.15–0.2 ms after a minute's rest, and a parallel
         file system's metadata server is slower still. Reusing a file skips that. Spares
         hold no data blocks; they are removed at ``close`` and, after a crash, when the
-        directory is next opened.
+        directory is next opened. Only where objects reach the device as they are written
+        (``direct``, ``sync`` or ``drop_pages``): ext4 writes back a file rewritten after a
+        truncation as soon as it is closed, so a buffered scratch tier unlinks instead.
 
     Notes
     -----
@@ -170,7 +172,7 @@ class DirectoryTier(PersistentTier):
 
     def delete(self, record: Record) -> None:
         """Remove an object: empty its file and keep it as a spare, or unlink it."""
-        if len(self._spare_files) >= self.spares or self.closed:
+        if not self._recycles() or len(self._spare_files) >= self.spares:
             super().delete(record)
             return
         spare = self._temp_path("spare-")
@@ -186,6 +188,16 @@ class DirectoryTier(PersistentTier):
             spare.unlink(missing_ok=True)
             raise
         self._spare_files.append(spare)
+
+    def _recycles(self) -> bool:
+        """Whether deleted files become spares: only where writes reach the device anyway.
+
+        Writing into an emptied file makes ext4 start writing its pages back at ``close``
+        (its ``auto_da_alloc`` guard for files rewritten after a truncation): a buffered
+        scratch tier would send to the device what it may delete before writeback.
+        """
+        return (self.spares > 0 and not self.closed
+                and (self.direct or self.sync or self.drop_pages))
 
     def close(self) -> None:
         """Remove the spare files; idempotent."""
