@@ -98,8 +98,11 @@ def test_several_sweeps_and_consumed_states_are_freed(tmp_path: Path) -> None:
         cache.flush()
         # a state discarded while its drain was writing is freed when that write ends
         deadline = time.monotonic() + 20
-        while (cache.stats().tiers["host"].used_bytes or object_files(tmp_path / "bb")
-               ) and time.monotonic() < deadline:
+        def settled() -> bool:  # a deletion renames the file aside, then empties it
+            return not (cache.stats().tiers["host"].used_bytes or object_files(tmp_path / "bb")
+                        or any(p.stat().st_size for p in (tmp_path / "bb").iterdir()))
+
+        while not settled() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert cache.stats().tiers["host"].used_bytes == 0
         assert not object_files(tmp_path / "bb")  # discarded files are gone

@@ -25,7 +25,7 @@ def test_quick_sweeps_compare_new_and_reused_files(tmp_path: Path,
         if name in sweeps.PAIRS:  # the second sweep wrote into the first one's files
             base = rows[sweeps.PAIRS[name]]
             assert row["files_reused"] > 0
-            assert row["cpu_vs_new_files"] == pytest.approx(
+            assert row["cpu_vs_new_files"] == pytest.approx(  # one round: its own ratio
                 row["cpu_us_per_state"] / base["cpu_us_per_state"])
         else:
             assert row["files_reused"] == 0 and row["cpu_vs_new_files"] == 1.0
@@ -42,3 +42,12 @@ def test_sweeps_reject_bad_sizes(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "sweeps", "--states", "0"])
     assert exc.value.code == 2
     assert "expected a positive integer" in capsys.readouterr().err
+
+
+def test_ratios_pair_each_round_with_its_own_counterpart(tmp_path: Path) -> None:
+    rows = {r["name"]: r for r in sweeps.run(states=4, sweeps=2, rounds=3, workdir=tmp_path)}
+    for name, base in sweeps.PAIRS.items():
+        pairs = zip(rows[name]["cpu_us_rounds"], rows[base]["cpu_us_rounds"], strict=True)
+        ratios = sorted(a / b for a, b in pairs)
+        assert rows[name]["cpu_vs_new_files"] == pytest.approx(ratios[1])  # the median
+        assert len(rows[name]["cpu_us_rounds"]) == 3

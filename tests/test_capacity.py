@@ -146,6 +146,9 @@ def test_a_failed_background_deletion_is_reported(tmp_path):
     with pytest.raises(tiered.BackgroundError, match="Is a directory"):
         cache.flush()
     cache.close()
+    assert object_files(disk) == [path]  # left where it was (not taken for a spare file)
+    with tiered.Cache([tiered.DirectoryTier(disk)]) as again:  # and the directory reopens
+        assert again.keys() == []
 
 
 def test_parallel_writers_respect_a_bounded_directory_tier(tmp_path):

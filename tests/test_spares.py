@@ -11,9 +11,10 @@ from helpers import object_files
 
 import tiered
 from tiered.movers import leaf_checksums
-from tiered.payload import host_leaf_view
+from tiered.payload import host_leaf_view, write_leaves
 from tiered.tiers.base import SPARE_PREFIX
-from tiered.tiers.directory import HOLE_BYTES, DirectoryTier
+from tiered.tiers.directory import HOLE_BYTES, DirectoryTier, aligned_bytes
+from tiered.tiers.spares import SparePool
 from tiered.values import flatten
 
 MiB = 1 << 20
@@ -26,7 +27,8 @@ def _spares(root: Path) -> list[Path]:
 
 def _put(tier: DirectoryTier, key: int, value: np.ndarray) -> tiered.tiers.base.Record:
     meta, _ = flatten(value)
-    region = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+    region = aligned_bytes(meta.nbytes)  # page-aligned, as the cache's regions are
+    write_leaves(region, meta, [value])
     return tier.put(key, key, meta, region, leaf_checksums(region, meta))
 
 
@@ -163,3 +165,39 @@ def test_deleted_bytes_stay_deleted_when_the_spare_is_reused(tmp_path: Path) -> 
     assert os.path.getsize(small.path) == small.file_bytes < MiB
     assert b"\x00\x00\x00\x00\x00\x00\x14@" not in small.path.read_bytes()  # 5.0, LE
     np.testing.assert_array_equal(_get(tier, small), np.full(10, 6.0))
+
+
+def test_the_pool_hands_out_what_it_was_given_and_not_after_a_fork(tmp_path: Path) -> None:
+    pool = SparePool(2)
+    assert pool.take() is None
+    assert pool.give(tmp_path / "a") and pool.give(tmp_path / "b")
+    assert not pool.give(tmp_path / "c") and len(pool) == 2  # full
+    assert pool.take() == tmp_path / "b" and pool.reused == 1
+    pool.limit = 0  # lowered: nothing more is kept
+    assert not pool.has_room() and not pool.give(tmp_path / "d")
+    with pytest.raises(ValueError, match="spares must be a non-negative integer"):
+        pool.limit = -1
+    pool.limit = 2
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's spares are not its own
+        os.close(read)
+        os.write(write, b"none" if pool.take() is None else b"some")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 8) == b"none"
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert pool.take() == tmp_path / "a"  # the parent still has it
+    pool.give(tmp_path / "a")
+    assert pool.close() == [tmp_path / "a"] and not pool.give(tmp_path / "e")
+
+
+def test_a_file_that_cannot_be_emptied_is_deleted_as_before(tmp_path: Path) -> None:
+    tier = DirectoryTier(tmp_path, **SCRATCH)
+    record = _put(tier, 1, np.ones(1000))
+    record.path.unlink()
+    record.path.mkdir()  # a real fault: neither emptied nor unlinked
+    with pytest.raises(IsADirectoryError):
+        tier.delete(record)
+    assert record.path.is_dir() and _spares(tmp_path) == []  # put back where it was

@@ -403,6 +403,8 @@ class PersistentTier(Tier):
             if path.name.startswith(SPARE_PREFIX) and _empty(path):  # kept for reuse
                 if repair:
                     path.unlink(missing_ok=True)
+            elif path.name.startswith(TMP_PREFIX) and not path.is_file():
+                problems.append(f"{self.name}: left alone {path.name}, which is not a file")
             elif path.name.startswith(TMP_PREFIX):
                 verb = "removed" if repair else "found"
                 problems.append(f"{self.name}: {verb} incomplete write {path.name} "

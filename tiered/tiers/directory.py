@@ -11,7 +11,6 @@ checksum like every other byte. Files written with direct I/O pad the manifest w
 
 from __future__ import annotations
 
-import collections
 import errno
 import json
 import logging
@@ -32,6 +31,7 @@ from tiered.tiers.base import (
     pwrite_all,
     spare_cores,
 )
+from tiered.tiers.spares import SparePool
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
@@ -145,11 +145,7 @@ class DirectoryTier(PersistentTier):
                  sparse: bool = True, direct: bool = False, spares: int = 256) -> None:
         super().__init__(path, capacity=capacity, name=name, drop_pages=drop_pages,
                          sync=sync)
-        if not isinstance(spares, int) or isinstance(spares, bool) or spares < 0:
-            raise ValueError(f"spares must be a non-negative integer, got {spares!r}")
-        self.spares = spares
-        self.reused = 0  # objects written into a spare file so far
-        self._spare_files: collections.deque[Path] = collections.deque()
+        self._spares = SparePool(spares)
         self.direct = bool(direct)
         if writers is None:
             writers = 4 if sync or drop_pages else spare_cores()
@@ -157,22 +153,28 @@ class DirectoryTier(PersistentTier):
         self.readers = _threads("readers", spare_cores() if readers is None else readers)
         self.sparse = bool(sparse)
 
+    @property
+    def spares(self) -> int:
+        """Deleted object files kept, emptied, for reuse (see the class docstring)."""
+        return self._spares.limit
+
+    @spares.setter
+    def spares(self, value: int) -> None:
+        self._spares.limit = value
+
+    @property
+    def reused(self) -> int:
+        """Objects written into a spare file so far."""
+        return self._spares.reused
+
     def _temp_path(self, kind: str = "") -> Path:
         """Return a spare file to write the next object into, or a fresh temp name."""
-        if not kind:
-            try:
-                spare = self._spare_files.pop()
-            except IndexError:
-                pass
-            else:
-                with self._lock:
-                    self.reused += 1
-                return spare
-        return super()._temp_path(kind)
+        spare = None if kind else self._spares.take()
+        return spare if spare is not None else super()._temp_path(kind)
 
     def delete(self, record: Record) -> None:
         """Remove an object: empty its file and keep it as a spare, or unlink it."""
-        if not self._recycles() or len(self._spare_files) >= self.spares:
+        if not self._recycles() or not self._spares.has_room():
             super().delete(record)
             return
         spare = self._temp_path("spare-")
@@ -180,30 +182,32 @@ class DirectoryTier(PersistentTier):
             os.replace(record.path, spare)
         except FileNotFoundError:
             return
-        with self._lock:
-            self._used -= record.file_bytes
         try:
             os.truncate(spare, 0)  # frees its blocks: a spare holds no data
-        except OSError:
+        except OSError:  # not a file this process may empty (read-only, a directory)
+            os.replace(spare, record.path)
+            super().delete(record)  # deleted as before, or failing as before
+            return
+        with self._lock:
+            self._used -= record.file_bytes
+        if not self._spares.give(spare):  # filled up or closed meanwhile
             spare.unlink(missing_ok=True)
-            raise
-        self._spare_files.append(spare)
 
     def _recycles(self) -> bool:
         """Whether deleted files become spares: only where writes reach the device anyway.
 
         Writing into an emptied file makes ext4 start writing its pages back at ``close``
         (its ``auto_da_alloc`` guard for files rewritten after a truncation): a buffered
-        scratch tier would send to the device what it may delete before writeback.
+        scratch tier would send to the device what it may delete before writeback. (With
+        ``direct``, objects under a page are still written buffered; that is a page each.)
         """
-        return (self.spares > 0 and not self.closed
-                and (self.direct or self.sync or self.drop_pages))
+        return self.direct or self.sync or self.drop_pages
 
     def close(self) -> None:
         """Remove the spare files; idempotent."""
         super().close()
-        while self._spare_files:
-            self._spare_files.pop().unlink(missing_ok=True)
+        for spare in self._spares.close():
+            spare.unlink(missing_ok=True)
 
     def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
