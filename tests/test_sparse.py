@@ -43,6 +43,10 @@ def test_data_runs_always_writes_a_partial_tail_and_short_regions():
     assert data_runs(region) == [(2 * HOLE_BYTES, 2 * HOLE_BYTES + 100)]
     assert data_runs(np.zeros(10, dtype=np.uint8)) == [(0, 10)]
     assert data_runs(np.zeros(0, dtype=np.uint8)) == []
+    dense = np.ones(2 * HOLE_BYTES + 100, dtype=np.uint8)  # every block, then the tail
+    assert data_runs(dense) == [(0, len(dense))]
+    dense[HOLE_BYTES - 8:] = 0  # the first block's last word is zero, but it holds data
+    assert data_runs(dense) == [(0, HOLE_BYTES), (2 * HOLE_BYTES, len(dense))]
 
 
 @pytest.mark.parametrize("most_blocks", [12, 200])  # 200: more than 64 unsure blocks,

@@ -281,10 +281,10 @@ class PersistentTier(Tier):
 
     def path_for(self, key: Key, version: int) -> Path:
         """Return the committed path of ``key`` at ``version`` (always inside the root)."""
-        path = self.root / f"{key_filename(key)}~{version:016x}{self.suffix}"
-        if path.parent != self.root:  # key_filename never yields a separator; keep it so
+        name = f"{key_filename(key)}~{version:016x}{self.suffix}"
+        if os.sep in name:  # key_filename never yields a separator; keep it so
             raise AssertionError(f"key {key!r} escaped the tier root")
-        return path
+        return self.root / name
 
     def put(self, key: Key, version: int, meta: ValueMeta, region: np.ndarray,
             checksums: tuple[int, ...]) -> Record:
