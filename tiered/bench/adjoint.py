@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from tiered.bench import COLD_IO, rtm
+from tiered.bench.common import median_round
 
 REGIMES = ("page-cache", "beyond-memory")
 ROWS = ("compute-only", "in-memory", "np.save/np.load", "pyrevolve-memory",
@@ -525,8 +526,7 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    ordered = sorted(runs, key=lambda r: r["wall_s"])
-    row = dict(ordered[(len(ordered) - 1) // 2])
+    row = median_round(runs, "wall_s")
     row["wall_s_rounds"] = [r["wall_s"] for r in runs]
     if any("image_identical" in r for r in runs):
         row["image_identical"] = all(r.get("image_identical", False) for r in runs)

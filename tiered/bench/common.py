@@ -67,6 +67,14 @@ def save_json(name: str, rows: list[dict[str, Any]], path: str | None,
     return out
 
 
+def median_round(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """Return a copy of the round whose ``key`` is the median (the lower one of an even count).
+
+    A whole round, not per-field medians, so the row's fields stay consistent.
+    """
+    return dict(sorted(runs, key=lambda r: r[key])[(len(runs) - 1) // 2])
+
+
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """Format rows as a plain aligned text table."""
     def cell(v: Any) -> str:  # a field not measured (None) stays blank, as a missing one

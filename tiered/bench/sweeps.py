@@ -40,7 +40,7 @@ import numpy as np
 
 import tiered
 from tiered.adapters.adjoint import Checkpointer
-from tiered.bench.common import filled
+from tiered.bench.common import filled, median_round
 
 ROWS = ("raw-new-files", "raw-reused-files", "tiered-no-spares", "tiered-spares")
 PAIRS = {"raw-reused-files": "raw-new-files", "tiered-spares": "tiered-no-spares"}
@@ -140,7 +140,7 @@ def run(states: int = 200, sweeps: int = 3, state_mib: int = 1, rounds: int = 5,
             samples[name].append(_one(name, state, states, sweeps, workdir))
     rows = []
     for name, runs in samples.items():
-        row = dict(sorted(runs, key=lambda r: r["cpu_us_per_state"])[(len(runs) - 1) // 2])
+        row = median_round(runs, "cpu_us_per_state")
         row["cpu_us_rounds"] = [r["cpu_us_per_state"] for r in runs]
         pair = samples[PAIRS.get(name, name)]  # the same rounds, new files
         row["cpu_vs_new_files"] = statistics.median(

@@ -45,7 +45,8 @@ from tiered.values import ValueMeta
 log = logging.getLogger(__name__)
 FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
-SPARE_PREFIX = f"{TMP_PREFIX}spare-"  # emptied object files a tier keeps to write into again
+SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to write into again
+SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
 MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
 LANE_PREFIX = "tiered-"  # background lane threads are named so
 

@@ -24,6 +24,7 @@ import numpy as np
 from tiered.checksum import checksum
 from tiered.errors import CorruptDataError
 from tiered.tiers.base import (
+    SPARE_KIND,
     SPARE_PREFIX,
     PersistentTier,
     Record,
@@ -179,7 +180,7 @@ class DirectoryTier(PersistentTier):
         if not self._recycles() or not self._spares.has_room():
             super().delete(record)
             return
-        spare = self._temp_path("spare-")
+        spare = self._temp_path(SPARE_KIND)
         try:  # renamed first: a crash before the truncation leaves no object behind
             os.replace(record.path, spare)
         except FileNotFoundError:
