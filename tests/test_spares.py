@@ -170,11 +170,11 @@ def test_deleted_bytes_stay_deleted_when_the_spare_is_reused(tmp_path: Path) -> 
 def test_the_pool_hands_out_what_it_was_given_and_not_after_a_fork(tmp_path: Path) -> None:
     pool = SparePool(2)
     assert pool.take() is None
-    assert pool.give(tmp_path / "a") and pool.give(tmp_path / "b")
-    assert not pool.give(tmp_path / "c") and len(pool) == 2  # full
-    assert pool.take() == tmp_path / "b" and pool.reused == 1
+    assert pool.give(str(tmp_path / "a")) and pool.give(str(tmp_path / "b"))
+    assert not pool.give(str(tmp_path / "c")) and len(pool) == 2  # full
+    assert pool.take() == str(tmp_path / "b") and pool.reused == 1
     pool.limit = 0  # lowered: nothing more is kept
-    assert not pool.has_room() and not pool.give(tmp_path / "d")
+    assert not pool.has_room() and not pool.give(str(tmp_path / "d"))
     with pytest.raises(ValueError, match="spares must be a non-negative integer"):
         pool.limit = -1
     pool.limit = 2
@@ -188,9 +188,9 @@ def test_the_pool_hands_out_what_it_was_given_and_not_after_a_fork(tmp_path: Pat
     assert os.read(read, 8) == b"none"
     os.close(read)
     os.waitpid(pid, 0)
-    assert pool.take() == tmp_path / "a"  # the parent still has it
-    pool.give(tmp_path / "a")
-    assert pool.close() == [tmp_path / "a"] and not pool.give(tmp_path / "e")
+    assert pool.take() == str(tmp_path / "a")  # the parent still has it
+    pool.give(str(tmp_path / "a"))
+    assert pool.close() == [str(tmp_path / "a")] and not pool.give(str(tmp_path / "e"))
 
 
 def test_a_file_that_cannot_be_emptied_is_deleted_as_before(tmp_path: Path) -> None:

@@ -69,6 +69,9 @@ class EngineCore:
         self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
         self._persistent = frozenset(i for i, t in enumerate(tiers)
                                      if isinstance(t, PersistentTier))
+        # memory tiers whose lanes copy inside a context of theirs (a device's side stream)
+        self._contexts = frozenset(i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)
+                                   and type(t).background is not MemoryTier.background)
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
         self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
@@ -477,13 +480,19 @@ class EngineCore:
             self._cond.notify_all()
         self._delete(doomed)
 
-    def _background(self, *tiers: int) -> contextlib.ExitStack[bool | None]:
-        """Enter the contexts a lane copies in for these tiers (a device tier's stream)."""
+    def _background(self, *tiers: int) -> contextlib.AbstractContextManager[Any]:
+        """Enter the contexts a lane copies in for these tiers (a device tier's stream).
+
+        Host memory has none: no context stack is built for it (this runs per transfer,
+        and a lane's Python holds the GIL the caller's next step needs).
+        """
+        own = [self._tiers[i] for i in tiers if i in self._contexts]
+        if not own:
+            return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        for i in tiers:
-            t = self._tiers[i]
-            if isinstance(t, MemoryTier):
-                stack.enter_context(t.background())
+        for t in own:
+            assert isinstance(t, MemoryTier)
+            stack.enter_context(t.background())
         return stack
 
     def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:

@@ -49,6 +49,14 @@ SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to wri
 SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
 MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
 LANE_PREFIX = "tiered-"  # background lane threads are named so
+_PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
+
+
+def _forked() -> None:
+    _PID[0] = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def in_lane() -> bool:
@@ -177,6 +185,12 @@ class ScanReport:
     problems: list[str]
 
 
+def unlink_quietly(path: str | os.PathLike[str]) -> None:
+    """Remove a file if it is there."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or unlink in ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -264,6 +278,7 @@ class PersistentTier(Tier):
         self.drop_pages, self.sync = drop_pages, sync
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._root_str = os.fspath(self.root)
         self._lock = threading.Lock()
         self._used = 0
 
@@ -308,7 +323,7 @@ class PersistentTier(Tier):
             size = self._write_file(tmp, manifest, meta, region)
             os.replace(tmp, final)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            unlink_quietly(tmp)
             raise
         if self.sync:
             fsync_dir(self.root)
@@ -319,14 +334,16 @@ class PersistentTier(Tier):
             self._used += record.file_bytes
         return record
 
-    def _temp_path(self, kind: str = "") -> Path:
-        """Return a fresh temp-file name in the root (``kind`` tags what it is for).
+    def _temp_path(self, kind: str = "") -> str:
+        """Return a fresh temp-file path in the root (``kind`` tags what it is for).
 
-        A random name, not uuid4: no urandom system call per object (each system call is a
-        GIL hand-off the caller's thread pays for); random reseeds in a forked child.
+        A random name, not uuid4, and the process id kept, not asked for: no system call
+        per object (each one is a GIL hand-off the caller's thread pays for); random
+        reseeds in a forked child. A string: a ``Path`` costs several microseconds of
+        Python to build and format, and the name never leaves the tier.
         """
-        return self.root / (f"{TMP_PREFIX}{kind}{os.getpid():x}-"
-                            f"{random.getrandbits(64):016x}{self.suffix}")
+        return (f"{self._root_str}{os.sep}{TMP_PREFIX}{kind}{_PID[0]:x}-"
+                f"{random.getrandbits(64):016x}{self.suffix}")
 
     def sync_file(self, fd: int) -> None:
         """Make a written object file durable and, with ``drop_pages``, drop its pages.
@@ -454,7 +471,7 @@ class PersistentTier(Tier):
         return json.dumps(manifest, separators=(",", ":")).encode()
 
     @abc.abstractmethod
-    def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
+    def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
         """Write payload and manifest (manifest last) to ``tmp``; return the file's size.
 

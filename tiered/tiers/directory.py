@@ -31,6 +31,7 @@ from tiered.tiers.base import (
     pread_into,
     pwrite_all,
     spare_cores,
+    unlink_quietly,
 )
 from tiered.tiers.spares import SparePool
 from tiered.values import ValueMeta
@@ -170,7 +171,7 @@ class DirectoryTier(PersistentTier):
         """Objects written into a spare file so far."""
         return self._spares.reused
 
-    def _temp_path(self, kind: str = "") -> Path:
+    def _temp_path(self, kind: str = "") -> str:
         """Return a spare file to write the next object into, or a fresh temp name."""
         spare = None if kind else self._spares.take()
         return spare if spare is not None else super()._temp_path(kind)
@@ -194,7 +195,7 @@ class DirectoryTier(PersistentTier):
         with self._lock:
             self._used -= record.file_bytes
         if not self._spares.give(spare):  # filled up or closed meanwhile
-            spare.unlink(missing_ok=True)
+            unlink_quietly(spare)
 
     def _recycles(self) -> bool:
         """Whether deleted files become spares: only where writes reach the device anyway.
@@ -210,15 +211,15 @@ class DirectoryTier(PersistentTier):
         """Remove the spare files; idempotent."""
         super().close()
         for spare in self._spares.close():
-            spare.unlink(missing_ok=True)
+            unlink_quietly(spare)
 
-    def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
+    def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
         text = self.encode_manifest(manifest)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
         # a spare is empty: written into (or created again, if someone removed it)
-        reuse = os.O_TRUNC if tmp.name.startswith(SPARE_PREFIX) else os.O_EXCL
+        reuse = os.O_TRUNC if os.path.basename(tmp).startswith(SPARE_PREFIX) else os.O_EXCL
         fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | reuse, region)
         try:
             if cut:

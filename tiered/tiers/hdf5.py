@@ -80,7 +80,7 @@ class HDF5Tier(PersistentTier):
         offset = dsid.get_offset()
         return None if offset is None else int(offset)
 
-    def _write_file(self, tmp: Path, manifest: dict[str, Any], meta: ValueMeta,
+    def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> int:
         h5py = self._h5py
         with h5py.File(tmp, "w", alignment_threshold=65536, alignment_interval=4096) as f:

@@ -15,7 +15,19 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from pathlib import Path
+import weakref
+
+_POOLS: weakref.WeakSet[SparePool] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """In a forked child: every pool starts empty, with a fresh lock (fork keeps no threads)."""
+    for pool in list(_POOLS):
+        pool._lock = threading.Lock()
+        pool._paths.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def check_count(value: object) -> int:
@@ -36,11 +48,11 @@ class SparePool:
 
     def __init__(self, limit: int) -> None:
         self._limit = check_count(limit)
-        self._paths: collections.deque[Path] = collections.deque()
+        self._paths: collections.deque[str] = collections.deque()
         self._lock = threading.Lock()
-        self._pid = os.getpid()
         self._closed = False
         self.reused = 0  # files handed out for writing so far
+        _POOLS.add(self)
 
     @property
     def limit(self) -> int:
@@ -55,38 +67,29 @@ class SparePool:
         """Whether a spare given now would be kept (a hint: :meth:`give` decides)."""
         return not self._closed and len(self._paths) < self._limit
 
-    def take(self) -> Path | None:
+    def take(self) -> str | None:
         """Return a spare to write into (it is no longer in the pool), or ``None``."""
         with self._lock:
-            self._adopt()
             if not self._paths:
                 return None
             self.reused += 1
             return self._paths.pop()
 
-    def give(self, path: Path) -> bool:
+    def give(self, path: str) -> bool:
         """Keep the emptied file ``path``; ``False`` if the pool is full or closed."""
         with self._lock:
-            self._adopt()
             if self._closed or len(self._paths) >= self._limit:
                 return False
             self._paths.append(path)
             return True
 
-    def close(self) -> list[Path]:
+    def close(self) -> list[str]:
         """Stop keeping spares; return the ones held, for the caller to remove."""
         with self._lock:
             self._closed = True
-            self._adopt()
             paths = list(self._paths)
             self._paths.clear()
             return paths
 
     def __len__(self) -> int:
         return len(self._paths)
-
-    def _adopt(self) -> None:
-        """In a forked child, forget the parent's spares (under the lock)."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            self._paths.clear()
