@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import cached_pages, in_memory_fs
 
+from tiered.bench.adjoint import child_env
 from tiered.cli import main
 
 FIELDS = {"name", "regime", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
@@ -30,8 +32,10 @@ def test_bench_adjoint_quick_writes_every_row(tmp_path: Path,
     # the targets, judged on this run: 3 per regime, each with a verdict and a reason
     assert len(written["targets"]) == 6
     assert all(v["met"] in (True, False, None) and v["why"] for v in written["targets"])
+    fixed = child_env()["MALLOC_MMAP_THRESHOLD_"]
     for row in rows:
         assert FIELDS <= set(row), row["name"]
+        assert row["malloc_mmap_threshold"] == fixed, row["name"]  # every row alike
         if row["name"] != "compute-only":
             assert row["image_identical"], (row["regime"], row["name"])
     by = {(r["regime"], r["name"]): r for r in rows}
@@ -123,8 +127,10 @@ def test_device_rows_on_torch_tensors(tmp_path: Path) -> None:
     rows = adjoint.run(cfg, workdir=tmp_path, rows=adjoint.DEVICE_ROWS)
     assert {(r["regime"], r["name"]) for r in rows} == {
         (regime, name) for regime in adjoint.REGIMES for name in adjoint.DEVICE_ROWS}
+    fixed = child_env()["MALLOC_MMAP_THRESHOLD_"]
     for row in rows:
         assert FIELDS <= set(row), row["name"]
+        assert row["malloc_mmap_threshold"] == fixed, row["name"]  # every row alike
         if row["name"] != "compute-only":
             assert row["image_identical"], (row["regime"], row["name"])
     tiered_row = next(r for r in rows if r["name"] == "tiered-reverse")
@@ -299,3 +305,12 @@ def test_solver_waits_split_the_threads_sleeps_from_its_cpu_queue() -> None:
     off_linux = _solver_waits(None, before)
     assert off_linux == {"solver_runq_s": None, "solver_blocks": None}
     assert table([{"a": None, "b": 1.0}], ["a", "b"]).splitlines()[1].split() == ["1.000"]
+
+
+def test_rows_run_with_malloc_thresholds_fixed_unless_the_caller_set_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert child_env()["MALLOC_MMAP_THRESHOLD_"] == str(32 << 20)
+    assert child_env()["PATH"] == os.environ["PATH"]  # the rest of the environment is ours
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    assert child_env()["MALLOC_MMAP_THRESHOLD_"] == "131072"

@@ -16,7 +16,10 @@ level (a quarter of the snapshot history), in two regimes:
   the device.
 
 Each row starts after an ``os.sync()``, so that none is throttled by the dirty pages of the
-row before it.
+row before it, and with glibc malloc's mmap threshold fixed (:data:`MALLOC_ENV`; a row's
+``malloc_mmap_threshold`` says what it ran with): left to adjust itself, it made the same
+solver arithmetic take 11–20 s at n=1024 here, depending on each process's allocation
+history, so that the reference row itself could run 1.5× slower than tiered's.
 
 With ``RTMConfig.device`` set (``tiered bench adjoint --device cuda``) the wavefields live on
 that device and the rows are :data:`DEVICE_ROWS`: the recomputing peers are numpy-only, and
@@ -431,6 +434,7 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
     return {"name": name, "regime": bench.regime, "wall_s": wall,
             "stall_s": row.pop("stall_s", 0.0), "recomputed_steps": 0, **row,
             "setup_s": setup, "direct_io": bench.direct,
+            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
             # the solver's thread off its CPU (GIL and lock waits, I/O it waited for,
             # interrupts and the hypervisor) and the CPU every other thread used
             "solver_wait_s": wall - solver, "background_cpu_s": cpu - solver,
@@ -441,6 +445,20 @@ def run_row(name: str, bench: AdjointBench) -> dict[str, Any]:
             "device_write_bytes": after["write_bytes"] - before["write_bytes"]}
 
 
+# glibc's malloc moves its mmap threshold up as large blocks are freed, so where a solver's
+# fresh arrays come from (and how fast the same arithmetic runs: 11-20 s at n=1024 here)
+# depended on each row's allocation history; fixed, it is the same in every row
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)}
+
+
+def child_env() -> dict[str, str]:
+    """Return the environment a row runs in: ours, with malloc's thresholds fixed.
+
+    A threshold the caller set is kept.
+    """
+    return {**MALLOC_ENV, **os.environ}
+
+
 def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path,
            cold_io: str) -> dict[str, Any]:
     workdir = root / f"{regime}-{name.replace('/', '_')}"
@@ -449,7 +467,7 @@ def _child(name: str, regime: str, cfg: rtm.RTMConfig, root: Path,
     spec = json.dumps({"name": name, "regime": regime, "root": str(workdir),
                        "cfg": dataclasses.asdict(cfg), "cold_io": cold_io})
     done = subprocess.run([sys.executable, "-m", "tiered.bench.adjoint", spec],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=child_env())
     if done.returncode != 0:
         raise RuntimeError(f"bench adjoint row {name} ({regime}) failed:\n{done.stderr}")
     subprocess.run(["rm", "-rf", str(workdir)], check=True)
