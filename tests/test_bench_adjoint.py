@@ -111,6 +111,9 @@ def test_rounds_report_the_median_round(tmp_path: Path) -> None:
     for row in rows:
         walls = row["wall_s_rounds"]
         assert len(walls) == 3 and row["wall_s"] == sorted(walls)[1]
+        base = next(r for r in rows if r["regime"] == row["regime"]
+                    and r["name"] == "compute-only")["wall_s_rounds"]
+        assert row["vs_compute_rounds"] == [w / b for w, b in zip(walls, base, strict=True)]
         if row["name"] != "compute-only":
             assert row["image_identical"]
 

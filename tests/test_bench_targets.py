@@ -67,3 +67,25 @@ def test_a_regime_without_tiered_rows_gets_no_verdicts_and_report_has_a_line_eac
     lines = targets.report(verdicts).splitlines()
     assert len(lines) == len(verdicts) == 3
     assert lines[0].startswith("beyond-memory  missed")
+
+
+def test_rounds_are_paired_with_the_references_and_their_spread_is_reported() -> None:
+    rows = [_row("beyond-memory", "compute-only", 2.0, forward=1.0),
+            _row("beyond-memory", "np.save/np.load", 3.0, forward=1.6),
+            _row("beyond-memory", "bare-thread", 2.1),
+            _row("beyond-memory", "tiered-reverse", 2.2)]
+    walls = {"compute-only": [2.0, 2.5, 1.8], "np.save/np.load": [3.0, 3.1, 2.9],
+             "bare-thread": [2.1, 2.2, 2.0], "tiered-reverse": [2.2, 2.0, 2.7]}
+    for row in rows:
+        row["wall_s_rounds"] = walls[row["name"]]
+    by = {r["name"]: r for r in add_ratios(rows)}
+    tiered = by["tiered-reverse"]
+    assert tiered["vs_compute_rounds"] == [2.2 / 2.0, 2.0 / 2.5, 2.7 / 1.8]
+    assert tiered["vs_bare_thread_rounds"] == [2.2 / 2.1, 2.0 / 2.2, 2.7 / 2.0]
+    v = _by(targets.judge(rows))
+    assert "(per round 0.80-1.50x)" in v["beyond-memory",
+                                          "within 1.1x compute only when compute >= I/O"]["why"]
+    single = [{"regime": r["regime"], "name": r["name"], "wall_s": r["wall_s"],
+               "forward_s": r["forward_s"], "wall_s_rounds": r["wall_s_rounds"][:1]}
+              for r in rows]  # one round: nothing to pair
+    assert all("vs_compute_rounds" not in r for r in add_ratios(single))

@@ -529,18 +529,30 @@ def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``vs_compute`` (wall time over compute only's), ``speedup_vs_numpy`` (np.save's wall
     time over the row's), ``speedup_bound`` (np.save's over compute only's: no
     configuration beats compute only, so no speed-up over np.save exceeds it) and, where
-    the bare ring ran, ``vs_bare_thread``.
+    the bare ring ran, ``vs_bare_thread``. With several rounds, ``vs_compute_rounds`` and
+    ``vs_bare_thread_rounds`` pair each round with the reference's same round (run minutes
+    apart, round-robin): their spread is the machine's noise.
     """
     for row in rows:
         same = [r for r in rows if r["regime"] == row["regime"]]
-        base = next(r for r in same if r["name"] == "compute-only")["wall_s"]
+        compute = next(r for r in same if r["name"] == "compute-only")
+        base = compute["wall_s"]
         naive = next(r for r in same if r["name"] == "np.save/np.load")["wall_s"]
         floor = next((r for r in same if r["name"] == "bare-thread"), None)
         if floor is not None:  # what tiered's guarantees cost over the bare mechanism
             row["vs_bare_thread"] = row["wall_s"] / floor["wall_s"]
+            _paired(row, floor, "vs_bare_thread_rounds")
         row.update(vs_compute=row["wall_s"] / base, speedup_vs_numpy=naive / row["wall_s"],
                    speedup_bound=naive / base)
+        _paired(row, compute, "vs_compute_rounds")
     return rows
+
+
+def _paired(row: dict[str, Any], reference: dict[str, Any], field: str) -> None:
+    """Set ``row[field]`` to its wall time over ``reference``'s, round by round."""
+    mine, theirs = row.get("wall_s_rounds", []), reference.get("wall_s_rounds", [])
+    if len(mine) > 1 and len(mine) == len(theirs):
+        row[field] = [a / b for a, b in zip(mine, theirs, strict=True)]
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -62,8 +62,14 @@ def _page_cache(best: Row) -> list[Row]:
         _verdict("not slower than np.save", slower, NOT_SLOWER, slower <= NOT_SLOWER,
                  f"{slower:.2f}x np.save's wall time"),
         _verdict("within 1.1x compute only (goal)", near, NEAR_COMPUTE, near <= NEAR_COMPUTE,
-                 f"{near:.2f}x compute only's wall time"),
+                 f"{near:.2f}x compute only's wall time{_spread(best)}"),
     ]
+
+
+def _spread(best: Row) -> str:
+    """Return the per-round range of ``vs_compute`` (the machine's noise), if measured."""
+    rounds = best.get("vs_compute_rounds")
+    return f" (per round {min(rounds):.2f}-{max(rounds):.2f}x)" if rounds else ""
 
 
 def _beyond_memory(best: Row, base: Row, naive: Row) -> list[Row]:
@@ -76,7 +82,8 @@ def _beyond_memory(best: Row, base: Row, naive: Row) -> list[Row]:
     compute = base["forward_s"]
     io = naive["forward_s"] - base["forward_s"]  # what np.save adds to the forward pass
     applies = compute >= io
-    near_why = (f"{near:.2f}x compute only's wall time; compute forward {compute:.3f} s "
+    near_why = (f"{near:.2f}x compute only's wall time{_spread(best)}; compute forward "
+                f"{compute:.3f} s "
                 f"{'>=' if applies else '<'} np.save's forward I/O {io:.3f} s")
     return [
         _verdict("2x faster than np.save", speedup, FASTER, speedup >= FASTER, why),
