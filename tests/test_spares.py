@@ -106,12 +106,12 @@ def test_close_removes_spares_and_a_restart_removes_leftovers(tmp_path: Path) ->
     tier.close()
     assert list(tmp_path.iterdir()) == [keep.path]
     # what a crash leaves: an emptied spare (quietly removed) and a file renamed to a
-    # spare's name but killed before it was emptied (an incomplete write, reported)
+    # spare's name but killed before it was emptied (reported as cut short)
     (tmp_path / f"{SPARE_PREFIX}1-a.tdat").touch()
     (tmp_path / f"{SPARE_PREFIX}1-b.tdat").write_bytes(b"x" * 4096)
     with tiered.Cache([DirectoryTier(tmp_path)]) as cache:
         assert cache.keys() == [1]
-        assert len(cache.recovery) == 1 and "incomplete write" in cache.recovery[0]
+        assert len(cache.recovery) == 1 and "cut short" in cache.recovery[0]
         assert f"{SPARE_PREFIX}1-b" in cache.recovery[0]
     assert list(tmp_path.iterdir()) == [keep.path]
 

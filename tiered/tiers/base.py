@@ -185,6 +185,15 @@ class ScanReport:
     problems: list[str]
 
 
+def _leftover(name: str) -> str:
+    """Say what a non-empty temp file found by a scan is (a process stopped mid-way)."""
+    if name.startswith(SPARE_PREFIX):  # renamed aside to be emptied, or reused for a write
+        return (f"{name}, a file cut short while being deleted or rewritten (left by a "
+                "killed process; nothing it held is needed: a deleted object was discarded, "
+                "superseded or kept deeper, a rewrite never committed)")
+    return f"incomplete write {name} (left by a killed writer)"
+
+
 def unlink_quietly(path: str | os.PathLike[str]) -> None:
     """Remove a file if it is there."""
     with contextlib.suppress(FileNotFoundError):
@@ -425,8 +434,7 @@ class PersistentTier(Tier):
                 problems.append(f"{self.name}: left alone {path.name}, which is not a file")
             elif path.name.startswith(TMP_PREFIX):
                 verb = "removed" if repair else "found"
-                problems.append(f"{self.name}: {verb} incomplete write {path.name} "
-                                "(left by a killed writer)")
+                problems.append(f"{self.name}: {verb} {_leftover(path.name)}")
                 if repair:
                     path.unlink(missing_ok=True)
             elif path.suffix == self.suffix and path.is_file():
