@@ -1,0 +1,83 @@
+"""A large host buffer is faulted in by a background thread, never over data stored in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tiered
+from tiered.tiers.host import BACKGROUND_PREFAULT, _populate_write
+
+MiB = 1 << 20
+
+needs_populate = pytest.mark.skipif(_populate_write() is None,
+                                    reason="needs Linux 5.14+ (MADV_POPULATE_WRITE)")
+
+
+def _resident(buf: np.ndarray) -> int:
+    """Bytes of the mapping that holds ``buf`` resident now (``/proc/self/smaps``)."""
+    addr, inside = buf.ctypes.data, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1]) * 1024
+    raise AssertionError("mapping not found")
+
+
+@needs_populate
+def test_a_large_buffer_is_faulted_in_behind_construction() -> None:
+    tier = tiered.HostTier(64 * MiB)
+    assert tier.wait_prefaulted(30)
+    assert _resident(tier._buf) >= 64 * MiB
+    tier.close()
+
+
+@needs_populate
+def test_stores_made_while_it_faults_in_are_never_overwritten() -> None:
+    tier = tiered.HostTier(512 * MiB)  # a few hundred ms of faulting: the writes race it
+    extents = [tier.allocate(MiB) for _ in range(512)]
+    assert all(e is not None for e in extents)
+    for i, extent in enumerate(reversed(extents)):  # from the end: ahead of the thread too
+        tier.region(extent, MiB)[::4096] = (i % 251) + 1
+    assert tier.wait_prefaulted(60)
+    for i, extent in enumerate(reversed(extents)):
+        page_starts = tier.region(extent, MiB)[::4096]
+        assert (page_starts == (i % 251) + 1).all(), i
+    tier.close()
+
+
+@needs_populate
+def test_close_stops_the_thread() -> None:
+    tier = tiered.HostTier(256 * MiB)
+    prefault = tier._prefault
+    assert prefault is not None
+    tier.close()
+    assert prefault.done.is_set() and not prefault._thread.is_alive()
+    assert tier.wait_prefaulted(0)
+
+
+def test_small_or_unfaulted_buffers_start_no_thread() -> None:
+    small = tiered.HostTier(BACKGROUND_PREFAULT - MiB)
+    assert small._prefault is None and small.wait_prefaulted(0)
+    assert _resident(small._buf) >= BACKGROUND_PREFAULT - MiB  # faulted in at construction
+    lazy = tiered.HostTier(64 * MiB, prefault=False)
+    assert lazy._prefault is None and _resident(lazy._buf) < MiB
+    small.close()
+    lazy.close()
+
+
+@needs_populate
+def test_a_cache_stores_and_revisits_while_its_buffer_faults_in(tmp_path: Path) -> None:
+    with tiered.Cache([tiered.HostTier(256 * MiB),
+                       tiered.DirectoryTier(tmp_path, sync=False)]) as cache:
+        values = {i: np.full(MiB // 8, float(i)) for i in range(200)}  # 200 MiB
+        for i, value in values.items():
+            cache.store(i, value)
+        for i, value in values.items():
+            np.testing.assert_array_equal(cache.revisit(i), value)
