@@ -1,4 +1,4 @@
-"""A large host buffer is faulted in by a background thread, never over data stored in it."""
+"""``HostTier(prefault="background")``: faulted in by a thread, never over data stored in it."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _resident(buf: np.ndarray) -> int:
 
 @needs_populate
 def test_a_large_buffer_is_faulted_in_behind_construction() -> None:
-    tier = tiered.HostTier(64 * MiB)
+    tier = tiered.HostTier(64 * MiB, prefault="background")
     assert tier.wait_prefaulted(30)
     assert _resident(tier._buf) >= 64 * MiB
     tier.close()
@@ -40,7 +40,8 @@ def test_a_large_buffer_is_faulted_in_behind_construction() -> None:
 
 @needs_populate
 def test_stores_made_while_it_faults_in_are_never_overwritten() -> None:
-    tier = tiered.HostTier(512 * MiB)  # a few hundred ms of faulting: the writes race it
+    # a few hundred ms of faulting: the writes below race it
+    tier = tiered.HostTier(512 * MiB, prefault="background")
     extents = [tier.allocate(MiB) for _ in range(512)]
     assert all(e is not None for e in extents)
     for i, extent in enumerate(reversed(extents)):  # from the end: ahead of the thread too
@@ -54,7 +55,7 @@ def test_stores_made_while_it_faults_in_are_never_overwritten() -> None:
 
 @needs_populate
 def test_close_stops_the_thread() -> None:
-    tier = tiered.HostTier(256 * MiB)
+    tier = tiered.HostTier(256 * MiB, prefault="background")
     prefault = tier._prefault
     assert prefault is not None
     tier.close()
@@ -62,8 +63,11 @@ def test_close_stops_the_thread() -> None:
     assert tier.wait_prefaulted(0)
 
 
-def test_small_or_unfaulted_buffers_start_no_thread() -> None:
-    small = tiered.HostTier(BACKGROUND_PREFAULT - MiB)
+def test_the_default_small_or_unfaulted_buffers_start_no_thread() -> None:
+    default = tiered.HostTier(64 * MiB)  # faulted in at construction
+    assert default._prefault is None and _resident(default._buf) >= 64 * MiB
+    default.close()
+    small = tiered.HostTier(BACKGROUND_PREFAULT - MiB, prefault="background")
     assert small._prefault is None and small.wait_prefaulted(0)
     assert _resident(small._buf) >= BACKGROUND_PREFAULT - MiB  # faulted in at construction
     lazy = tiered.HostTier(64 * MiB, prefault=False)
@@ -74,10 +78,16 @@ def test_small_or_unfaulted_buffers_start_no_thread() -> None:
 
 @needs_populate
 def test_a_cache_stores_and_revisits_while_its_buffer_faults_in(tmp_path: Path) -> None:
-    with tiered.Cache([tiered.HostTier(256 * MiB),
+    with tiered.Cache([tiered.HostTier(256 * MiB, prefault="background"),
                        tiered.DirectoryTier(tmp_path, sync=False)]) as cache:
         values = {i: np.full(MiB // 8, float(i)) for i in range(200)}  # 200 MiB
         for i, value in values.items():
             cache.store(i, value)
         for i, value in values.items():
             np.testing.assert_array_equal(cache.revisit(i), value)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_prefault_takes_true_false_or_background(bad: object) -> None:
+    with pytest.raises(ValueError, match="prefault"):
+        tiered.HostTier(MiB, prefault=bad)  # type: ignore[arg-type]  # the point

@@ -162,12 +162,13 @@ class HostTier(MemoryTier):
     """Host memory, pooled.
 
     The whole capacity is mapped once (page-aligned) and, with ``prefault=True``, faulted in
-    ahead of use: a capture then costs one copy into memory that is already there, never
-    a page fault (a fresh allocation copies 4–6× slower on this kind of machine). From
-    16 MiB up, on Linux 5.14 or later, a background thread does it from the buffer's start
-    (``MADV_POPULATE_WRITE``, which writes nothing), so construction returns at once
-    instead of after ≈ 0.4 s per GiB; a capture that reaches a page first faults it in
-    itself. Otherwise, and for a page-locked buffer, it happens during construction.
+    at construction: a capture then costs one copy into memory that is already there, never
+    a page fault (a fresh allocation copies 4–6× slower on this kind of machine). With
+    ``prefault="background"`` (from 16 MiB up, on Linux 5.14 or later) a background thread
+    does it instead, from the buffer's start (``MADV_POPULATE_WRITE``, which writes
+    nothing), so construction returns at once instead of after ≈ 0.4 s per GiB; a capture
+    that reaches a page first faults it in itself. The work is the same, beside the caller
+    instead of before it. A page-locked buffer is always faulted in at construction.
 
     On a machine with a CUDA device the buffer is also page-locked (``cudaHostRegister``),
     so copies between it and GPU memory run at the link's DMA speed instead of being staged
@@ -177,8 +178,9 @@ class HostTier(MemoryTier):
     ----------
     capacity : int or str
         Bytes, or a string such as ``"4GiB"``.
-    prefault : bool
-        Fault the buffer in ahead of use (about 0.4 s per GiB here; see above).
+    prefault : bool or "background"
+        Fault the buffer in at construction (about 0.4 s per GiB here), or in a background
+        thread (see above), or not at all (``False``: each page faults on first use).
     pinned : bool or None
         Page-lock the buffer for CUDA copies. ``None`` (default): when torch is already
         imported and sees a CUDA device. ``True``: always (``TieredError`` without CUDA).
@@ -187,13 +189,16 @@ class HostTier(MemoryTier):
         Name used in statistics and messages.
     """
 
-    def __init__(self, capacity: int | str = "1GiB", *, prefault: bool = True,
+    def __init__(self, capacity: int | str = "1GiB", *, prefault: bool | str = True,
                  pinned: bool | None = None, name: str = "host") -> None:
+        if not (isinstance(prefault, bool) or prefault == "background"):
+            raise ValueError(f"HostTier(prefault=...) takes True, False or 'background', "
+                             f"got {prefault!r}")
         super().__init__(capacity=capacity, name=name)
         assert self.capacity_bytes is not None
-        populate = (_populate_write() if prefault and self.capacity_bytes >= BACKGROUND_PREFAULT
-                    else None)
-        self._map = _anonymous_map(self.capacity_bytes, prefault and populate is None)
+        populate = (_populate_write() if prefault == "background"
+                    and self.capacity_bytes >= BACKGROUND_PREFAULT else None)
+        self._map = _anonymous_map(self.capacity_bytes, bool(prefault) and populate is None)
         self._buf = np.frombuffer(self._map, dtype=np.uint8)[: self.capacity_bytes]
         cudart = _register(self._buf, pinned)  # page-locking faults every page in itself
         self._prefault = (None if populate is None or cudart is not None else
@@ -207,8 +212,9 @@ class HostTier(MemoryTier):
     def wait_prefaulted(self, timeout: float | None = None) -> bool:
         """Wait until the buffer is faulted in; return whether it is (or needs no wait).
 
-        A large buffer is faulted in by a background thread after construction, from its
-        start (see the class notes); nothing needs this wait, a benchmark may want it.
+        With ``prefault="background"`` a large buffer is faulted in by a thread after
+        construction, from its start (see the class notes); nothing needs this wait, a
+        benchmark may want it.
         """
         return self._prefault is None or self._prefault.done.wait(timeout)
 
