@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +18,17 @@ needs_populate = pytest.mark.skipif(_populate_write() is None,
 
 
 def _resident(buf: np.ndarray) -> int:
-    """Bytes of the mapping that holds ``buf`` resident now (``/proc/self/smaps``)."""
-    addr, inside = buf.ctypes.data, False
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= addr < hi
-            elif inside and head == "Rss:":
-                return int(line.split()[1]) * 1024
-    raise AssertionError("mapping not found")
+    """Bytes of ``buf``'s pages present in memory now (``/proc/self/pagemap``, bit 63).
+
+    Per page of the buffer itself: adjacent anonymous mappings may be merged into one
+    region, so the region's ``Rss`` in ``smaps`` can count other buffers too.
+    """
+    page = mmap.PAGESIZE
+    first, count = buf.ctypes.data // page, -(-buf.nbytes // page)
+    with open("/proc/self/pagemap", "rb") as fh:
+        fh.seek(first * 8)
+        entries = np.frombuffer(fh.read(count * 8), dtype=np.uint64)
+    return int(np.count_nonzero(entries >> np.uint64(63))) * page
 
 
 @needs_populate
