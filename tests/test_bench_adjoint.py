@@ -317,3 +317,13 @@ def test_rows_run_with_malloc_thresholds_fixed_unless_the_caller_set_them(
     assert child_env()["PATH"] == os.environ["PATH"]  # the rest of the environment is ours
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
     assert child_env()["MALLOC_MMAP_THRESHOLD_"] == "131072"
+
+
+def test_later_rounds_run_the_rows_in_a_repeatable_shuffled_order() -> None:
+    from tiered.bench.adjoint import ROWS, round_order
+
+    assert round_order(ROWS, 0) == list(ROWS)  # the first round as given
+    later = [round_order(ROWS, i) for i in range(1, 6)]
+    assert all(sorted(order) == sorted(ROWS) for order in later)  # every row, once
+    assert any(order != list(ROWS) for order in later)
+    assert later == [round_order(ROWS, i) for i in range(1, 6)]  # seeded by the round
