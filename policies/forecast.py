@@ -7,6 +7,7 @@ back to least-recently-used order.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Collection
 from typing import Any
 
@@ -70,11 +71,16 @@ class Score(_Recency):
         """Return the candidate with the highest eviction score."""
         if not candidates:
             return None
-
-        def score(key: Any) -> tuple[bool, bool, float, int]:
-            distance = ctx.distance(key)
-            consumed = key in ctx.consumed and distance == NEVER
-            durable = key in ctx.durable or not self.durable_first
-            return durable, consumed, distance, self.age(key)
-
-        return max(candidates, key=score)
+        # the score of every candidate, built by C iterators (this runs per eviction, over
+        # every clean copy of the tier): (durable, consumed, distance, age, -position),
+        # so that the first of equal candidates wins, as max() with a key would pick it
+        keys = list(candidates)
+        distance = list(map(ctx.next_use.get, keys, itertools.repeat(NEVER)))
+        consumed = map(operator.and_, map(ctx.consumed.__contains__, keys),
+                       map(operator.eq, distance, itertools.repeat(NEVER)))
+        durable = (map(ctx.durable.__contains__, keys) if self.durable_first
+                   else itertools.repeat(True, len(keys)))
+        age = map(operator.neg, map(self._last.get, keys, itertools.repeat(-1)))
+        best = max(zip(durable, consumed, distance, age, range(0, -len(keys), -1),
+                       strict=True))
+        return keys[-best[-1]]

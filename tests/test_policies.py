@@ -73,6 +73,26 @@ def test_score_prefers_durable_then_consumed_then_farthest() -> None:
     assert s.victim({"a", "b"}, ctx=everything) == "b"  # needed later than a
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_score_victim_matches_its_definition(seed: int) -> None:
+    """The victim, scored at C speed, is the first candidate of the highest score."""
+    rng = random.Random(seed)
+    keys: list[Any] = [*range(12), *(("u", i) for i in range(6)), "x", "y"]
+    s = Score(durable_first=seed % 3 != 0)
+    feed(s, [("insert", rng.choice(keys)) for _ in range(30)])  # some keys never seen
+    for _ in range(20):
+        pool = rng.sample(keys, rng.randint(1, len(keys)))
+        ctx = VictimContext(next_use={k: rng.randint(0, 3) for k in rng.sample(keys, 8)},
+                            durable=set(rng.sample(keys, 9)), consumed=set(rng.sample(keys, 7)))
+
+        def score(key: Any, ctx: VictimContext = ctx) -> tuple[bool, bool, float, int]:
+            distance = ctx.distance(key)
+            return (key in ctx.durable or not s.durable_first,
+                    key in ctx.consumed and distance == float("inf"), distance, s.age(key))
+
+        assert s.victim(pool, ctx=ctx) == max(pool, key=score)
+
+
 def test_belady_evicts_farthest_next_use() -> None:
     b = Belady()
     feed(b, [("insert", k) for k in "abc"])

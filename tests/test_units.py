@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import operator
+import os
 import random
+import subprocess
+import sys
+import threading
+import time
 
+import numpy as np
 import pytest
 from tiered.policies import FIFO, LFU, LRU, EventContext, VictimContext
 
@@ -84,3 +91,103 @@ def test_lanes_reuse_one_staging_buffer_and_callers_get_fresh_ones():
     assert big == REUSE_STAGING_MAX + 1
     a, b = staging_buffer(4096), staging_buffer(4096)  # the caller's thread: never shared
     assert a.ctypes.data != b.ctypes.data
+
+
+@pytest.mark.parametrize("value", [np.ones((64, 32), np.float32), np.zeros((3, 0, 2), ">i8"),
+                                   np.array(5.0), np.ones((5, 3), np.float16).T,
+                                   np.arange(7, dtype=np.uint8)[::2]])
+def test_a_bare_arrays_meta_is_the_general_one(value):
+    from tiered.values import ValueMeta, _Flattener, flatten
+
+    general = _Flattener()
+    spec = general.visit(value, "")
+    meta, arrays = flatten(value)  # the shortcut for bare arrays (its meta is shared)
+    assert meta == ValueMeta(spec, tuple(general.leaves), general.offset)
+    assert arrays[0] is value and flatten(value.copy())[0] is meta
+
+
+@pytest.mark.parametrize("value", [np.array([object()]), np.zeros(2, dtype=[("a", "i4")])])
+def test_a_bare_array_of_a_refused_dtype_is_still_refused(value):
+    from tiered.values import flatten
+
+    with pytest.raises(TypeError, match="not supported"):
+        flatten(value)
+
+
+def test_lane_runs_jobs_in_order_and_hands_errors_to_their_futures():
+    from tiered.movers import Lane
+
+    lane, done = Lane("order-test"), []
+    gate = threading.Event()
+    try:
+        first = lane.submit(gate.wait, 10)
+        later = [lane.submit(done.append, i) for i in range(50)]
+        failing = lane.submit(operator.truediv, 1, 0)
+        gate.set()
+        assert first.result(10) is True and [f.result(10) for f in later] == [None] * 50
+        with pytest.raises(ZeroDivisionError):
+            failing.result(10)
+        assert done == list(range(50))
+        assert lane.submit(threading.current_thread).result(10).name.startswith("tiered-")
+    finally:
+        lane.shutdown(cancel=False)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        lane.submit(done.append, 0)
+
+
+def test_lane_shutdown_cancels_queued_jobs_and_lets_the_running_one_finish():
+    from tiered.movers import Lane
+
+    lane, gate = Lane("cancel-test"), threading.Event()
+    running = lane.submit(gate.wait, 10)
+    queued = [lane.submit(time.sleep, 0) for _ in range(5)]
+    while not running.running():
+        time.sleep(0.001)
+    threading.Timer(0.2, gate.set).start()
+    lane.shutdown(cancel=True)  # waits for the running job
+    assert running.result(0) is True
+    assert all(f.cancelled() for f in queued)
+
+
+def test_lane_workers_run_at_once():
+    from tiered.movers import Lane
+
+    lane = Lane("pool-test", workers=3)
+    barrier = threading.Barrier(3, timeout=10)
+    try:  # three jobs that each wait for the other two: only three threads finish them
+        assert [f.result(10) for f in [lane.submit(barrier.wait) for _ in range(3)]]
+    finally:
+        lane.shutdown(cancel=False)
+
+
+def test_queued_lane_jobs_finish_when_the_interpreter_exits(tmp_path):
+    script = f"""
+import time
+from pathlib import Path
+from tiered.movers import Lane
+lane = Lane("exit-test")
+lane.submit(time.sleep, 0.3)
+lane.submit(Path({str(tmp_path / "done")!r}).write_text, "yes")
+"""  # no shutdown: the interpreter's exit must not drop the queued write
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert (tmp_path / "done").read_text() == "yes"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_lane_used_before_a_fork_works_in_the_child():
+    from tiered.movers import Lane
+
+    lane = Lane("fork-test")
+    try:
+        assert lane.submit(os.getpid).result(10) == os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: the parent's thread is gone; the lane starts its own
+            code = 1
+            try:
+                code = 0 if lane.submit(os.getpid).result(10) == os.getpid() else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        lane.shutdown(cancel=False)

@@ -69,6 +69,9 @@ class EngineCore:
         self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
         self._persistent = frozenset(i for i, t in enumerate(tiers)
                                      if isinstance(t, PersistentTier))
+        # per tier, the persistent tiers below it: a copy there makes one here durable
+        self._persistent_below = [frozenset(p for p in self._persistent if p > i)
+                                  for i in range(len(tiers))]
         # memory tiers whose lanes copy inside a context of theirs (a device's side stream)
         self._contexts = frozenset(i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)
                                    and type(t).background is not MemoryTier.background)
@@ -286,12 +289,13 @@ class EngineCore:
         candidates: list[Key] = []
         durable: set[Key] = set()
         consumed: set[Key] = set()
-        persistent = self._persistent
+        below = self._persistent_below[tier]
         for key, entry in self._clean[tier].items():  # one pass: this runs per eviction
-            if entry.copies[tier].pins or (limit >= 0 and next_use.get(key, NEVER) <= limit):
+            copies = entry.copies
+            if copies[tier].pins or (limit >= 0 and next_use.get(key, NEVER) <= limit):
                 continue
             candidates.append(key)
-            if any(t > tier and t in persistent for t in entry.copies):
+            if not below.isdisjoint(copies):
                 durable.add(key)
             if entry.consumed:
                 consumed.add(key)

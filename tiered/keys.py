@@ -29,11 +29,23 @@ def canonical_key(key: object) -> Key:
     if isinstance(key, tuple):
         if not key:
             raise ValueError("key tuple must not be empty")
-        return tuple(_atom(part, key) for part in key)
+        return tuple([_atom(part, key) for part in key])
     return _atom(key, key)
 
 
+def _plain(text: str) -> bool:
+    """Whether ``text`` is a valid key string (as :func:`_atom` checks it)."""
+    return (bool(text) and "\x00" not in text and "/" not in text and "\\" not in text
+            and text not in (".", ".."))
+
+
 def _atom(part: object, whole: object) -> str | int:
+    # plain ints and strings first: this runs for every key of every call, and the
+    # numbers.Integral check below is an ABC lookup (numpy integers need it)
+    if type(part) is int:
+        return part
+    if type(part) is str and _plain(part):
+        return part
     if isinstance(part, bool) or not isinstance(part, (str, numbers.Integral)):
         raise TypeError(f"key {whole!r}: parts must be str or int, not {type(part).__name__}")
     if isinstance(part, numbers.Integral):

@@ -7,11 +7,15 @@ and reserves the destination before it submits one.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import mmap
+import os
+import queue
 import threading
+import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,20 +37,103 @@ T = TypeVar("T")
 
 
 class Lane:
-    """Background worker threads (one unless ``workers`` says), named for what they move."""
+    """Background worker threads (one unless ``workers`` says), named for what they move.
+
+    A queue and threads of its own rather than a ``ThreadPoolExecutor``: a transfer is
+    submitted per object, and the executor's per-job bookkeeping (two locks per submit, an
+    idle semaphore taken and released around every job) is Python that holds the GIL the
+    caller's next step needs. Jobs run in submission order (FIFO) on ``workers`` threads,
+    started with the first job. Threads that are left running when the interpreter exits
+    finish the jobs queued before that, as an executor's do.
+    """
 
     def __init__(self, name: str, workers: int = 1) -> None:
         self.name = name
-        self._pool = ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix=f"{LANE_PREFIX}{name}")
+        self._workers = workers
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+                                      | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        """Queue ``fn(*args)``; returns its future."""
-        return self._pool.submit(fn, *args)
+        """Queue ``fn(*args)``; returns its future.
+
+        Raises
+        ------
+        RuntimeError
+            After :meth:`shutdown`.
+        """
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"lane {self.name}: cannot queue a job after shutdown")
+            if not self._threads:
+                self._start()
+            self._jobs.put((future, fn, args))
+        return future
+
+    def _start(self) -> None:
+        for i in range(self._workers):
+            thread = threading.Thread(target=self._work, name=f"{LANE_PREFIX}{self.name}_{i}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        _LIVE.add(self)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the future carries it to whoever waits
+                future.set_exception(exc)
+                del exc
+            else:
+                future.set_result(result)
+            del job, future, fn, args  # nothing of a finished job stays alive here
+        self._jobs.put(None)  # the next worker stops too
 
     def shutdown(self, *, cancel: bool) -> None:
-        """Stop the worker after the running transfer; drop queued ones if ``cancel``."""
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
+        """Stop the workers after the running transfers; drop queued ones if ``cancel``."""
+        with self._lock:
+            self._closed = True
+            if cancel:
+                while True:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is not None:
+                        job[0].cancel()
+            self._jobs.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        _LIVE.discard(self)
+
+
+_LIVE: weakref.WeakSet[Lane] = weakref.WeakSet()  # lanes with threads, for the exit hook
+
+
+def _forget_in_child() -> None:
+    """In a forked child the lanes' threads are gone: a lane used there starts its own."""
+    for lane in list(_LIVE):
+        lane._threads, lane._lock = [], threading.Lock()
+        lane._jobs = queue.SimpleQueue()  # the parent's jobs stay the parent's
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """Let running lanes finish their queued jobs before the interpreter goes away."""
+    for lane in list(_LIVE):
+        lane.shutdown(cancel=False)
 
 
 REUSE_STAGING_MAX = 256 << 20  # a lane keeps one staging buffer up to this size

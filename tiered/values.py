@@ -8,6 +8,7 @@ entry's contiguous payload. Every tier stores that payload and nothing else.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections import OrderedDict
@@ -161,10 +162,26 @@ def flatten(value: Any) -> tuple[ValueMeta, list[Any]]:
     TypeError
         Naming the path of the first leaf that cannot be stored.
     """
+    if type(value) is np.ndarray:  # a bare array, as adjoint states are: one meta per kind
+        return _array_meta(value.dtype, value.shape), [value]
     flat = _Flattener()
     spec = flat.visit(value, "")
     json.dumps(spec)  # every spec must round-trip through a manifest
     return ValueMeta(spec, tuple(flat.leaves), flat.offset), flat.arrays
+
+
+@functools.lru_cache(maxsize=64)
+def _array_meta(dtype: np.dtype[Any], shape: tuple[int, ...]) -> ValueMeta:
+    """Return the meta of a bare numpy array of this dtype and shape (shared: it is frozen).
+
+    A store runs this per call; building it afresh (two frozen dataclasses, a JSON check)
+    cost more than the rest of the bookkeeping of a 1 MiB store here.
+    """
+    flat = _Flattener()
+    spec = flat.visit(np.empty((0,) * len(shape), dtype), "")  # checks the dtype too
+    leaf = dataclasses.replace(flat.leaves[0], shape=shape,
+                               nbytes=math.prod(shape) * dtype.itemsize)
+    return ValueMeta(spec, (leaf,), -(-leaf.nbytes // ALIGN) * ALIGN)
 
 
 def structure(spec: Any) -> Any:
