@@ -248,4 +248,7 @@ class Composite:
         forecasts = [f for f in (p.predict(ctx=ctx) for p in self.parts) if f]
         if len(forecasts) <= 1:  # one part speaks: its forecast is already distinct and fits
             return forecasts[0] if forecasts else []
+        first = forecasts[0]
+        if all(f == first[:len(f)] for f in forecasts[1:]):  # the rest add nothing (hints
+            return first  # that match the learned order, as in an adjoint's backward pass)
         return take_budget(itertools.chain.from_iterable(forecasts), ctx)

@@ -36,6 +36,29 @@ def test_many_entries_under_pressure_lose_nothing(tmp_path):
     cache.close()
 
 
+@pytest.mark.parametrize(("state_bytes", "evicted"), [(4096, 4), (64 * 1024, 1)])
+def test_a_store_that_must_evict_frees_room_for_the_next_few(tmp_path, state_bytes, evicted):
+    """Small states: one scan evicts for this store and the next three (EVICT_AHEAD), all
+    clean copies; states over a sixteenth of the tier: only what the store needs."""
+    n = state_bytes // 8
+    cache = tiered.Cache([tiered.HostTier(256 * 1024), tiered.DirectoryTier(tmp_path / "bb")],
+                         eviction="score")
+    fill = 256 * 1024 // state_bytes
+    for i in range(fill):
+        cache.store(i, _value(i, n))
+    cache.flush()  # every host copy is clean now: eviction may choose any of them
+    host = cache.stats().tiers["host"]
+    assert host.evictions == 0 and host.used_bytes == 256 * 1024
+    cache.store(fill, _value(fill, n))
+    assert cache.stats().tiers["host"].evictions == evicted
+    for i in range(fill + 1, fill + evicted):  # these find the room made ahead for them
+        cache.store(i, _value(i, n))
+    assert cache.stats().tiers["host"].evictions == evicted
+    for i in reversed(range(fill + evicted)):  # nothing lost
+        np.testing.assert_array_equal(cache.revisit(i), _value(i, n))
+    cache.close()
+
+
 def test_dirty_entries_are_never_evicted_and_store_times_out(tmp_path):
     # host-only: nothing can ever be clean, so a full host must push back
     cache = tiered.Cache([tiered.HostTier(3 * MiB)], full_timeout_s=0.3)

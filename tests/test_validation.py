@@ -120,3 +120,21 @@ def test_revisit_into_out_arrays(tmp_path):
     buf[:] = 0
     assert reopened.revisit("a", out=buf)[3] == 3  # from the persistent tier, verified
     reopened.close()
+
+
+def test_the_short_path_of_key_filename_names_files_as_the_general_one(monkeypatch):
+    """Ints and tuples of ints and plain names skip JSON and quoting: same names."""
+    import random
+
+    import tiered.keys as keys_module
+
+    rng = random.Random(7)
+    parts = [0, 7, -3, 10**20, -(10**200), "rtm", "u", "w-1", "A_b", "x" * 16, "x" * 17,
+             "dots.", "ü", "sp ace", "~t", "%"]
+    keys = [rng.choice(parts) for _ in range(300)]
+    keys += [tuple(rng.choice(parts) for _ in range(rng.randint(1, 10))) for _ in range(3000)]
+    keys = [canonical_key(k) for k in keys]
+    short = [key_filename(k) for k in keys]
+    assert sum(keys_module._simple_filename(k) is not None for k in keys) > 300
+    monkeypatch.setattr(keys_module, "_simple_filename", lambda key: None)
+    assert short == [key_filename(k) for k in keys]

@@ -69,12 +69,41 @@ def key_from_json(obj: Any) -> Key:
     return canonical_key(tuple(obj) if isinstance(obj, list) else obj)
 
 
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _simple_filename(key: Key) -> str | None:
+    """Return :func:`key_filename` of an int, or a short tuple of ints and plain names.
+
+    What the general path would make of them, without JSON and percent-encoding (a drain
+    names a file per object); ``None`` for any other key.
+    """
+    if type(key) is int:
+        text = str(key)
+        return text if len(text) <= _MAX_NAME else None
+    if type(key) is not tuple or len(key) > 8:
+        return None
+    parts = []
+    for part in key:
+        if type(part) is int:
+            parts.append(str(part))
+        elif type(part) is str and 0 < len(part) <= 16 and _SAFE.issuperset(part):
+            parts.append(f"%22{part}%22")
+        else:
+            return None
+    name = f"%5B{'%2C'.join(parts)}%5D"
+    return name if len(name) <= _MAX_NAME else None
+
+
 def key_filename(key: Key) -> str:
     """Return a file-name stem for ``key``: readable, unique, never a path.
 
     Every character outside ``[A-Za-z0-9_-]`` is percent-encoded (so ``.`` and ``/`` never
     appear); over-long names are shortened and suffixed with a hash of the full key.
     """
+    simple = _simple_filename(key)
+    if simple is not None:
+        return simple
     text = json.dumps(key_to_json(key), separators=(",", ":"), ensure_ascii=False)
     name = urllib.parse.quote(text, safe="").replace(".", "%2E").replace("~", "%7E")
     if len(name) > _MAX_NAME:

@@ -57,12 +57,12 @@ def data_runs(region: np.ndarray, block: int = HOLE_BYTES) -> list[tuple[int, in
     if full == 0:
         return [(0, n)] if n else []
     blocks = region[: full * block].reshape(full, block).view(np.uint64)
+    if np.count_nonzero(blocks[:, -1]) == full:  # every block's last word is set: dense,
+        return [(0, n)]  # as most payloads are, settled without reading more (or allocating)
     data = np.empty(full + 2, dtype=np.int8)
     data[0] = data[-1] = 0
     flags = data[1:-1].view(np.bool_)
     np.not_equal(blocks[:, -1], 0, out=flags)  # a block whose last word is set holds data
-    if flags.all():  # dense, as most payloads are: one run, settled with no more work
-        return [(0, n)]
     unsure = np.flatnonzero(~flags)  # dense payloads are settled here, without a full read
     if len(unsure) > full // 4:
         np.any(blocks, axis=1, out=flags)
