@@ -160,6 +160,22 @@ def test_lane_workers_run_at_once():
         lane.shutdown(cancel=False)
 
 
+def test_a_lane_dropped_without_shutdown_stops_its_threads():
+    import gc
+
+    from tiered.movers import Lane
+
+    lane = Lane("drop-test", workers=2)
+    assert lane.submit(int, "7").result(10) == 7
+    threads = list(lane._threads)
+    assert all(t.is_alive() for t in threads)
+    del lane
+    gc.collect()
+    for thread in threads:  # the threads hold the queue, not the lane: they are told to stop
+        thread.join(10)
+        assert not thread.is_alive()
+
+
 def test_queued_lane_jobs_finish_when_the_interpreter_exits(tmp_path):
     script = f"""
 import time

@@ -43,15 +43,15 @@ class Lane:
     submitted per object, and the executor's per-job bookkeeping (two locks per submit, an
     idle semaphore taken and released around every job) is Python that holds the GIL the
     caller's next step needs. Jobs run in submission order (FIFO) on ``workers`` threads,
-    started with the first job. Threads that are left running when the interpreter exits
-    finish the jobs queued before that, as an executor's do.
+    started with the first job. As an executor's, the threads of a lane dropped without
+    :meth:`shutdown` stop once its queue is done, and at the interpreter's exit every lane
+    finishes the jobs queued before.
     """
 
     def __init__(self, name: str, workers: int = 1) -> None:
         self.name = name
         self._workers = workers
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
-                                      | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -74,27 +74,14 @@ class Lane:
         return future
 
     def _start(self) -> None:
-        for i in range(self._workers):
-            thread = threading.Thread(target=self._work, name=f"{LANE_PREFIX}{self.name}_{i}",
-                                      daemon=True)
+        for i in range(self._workers):  # the threads hold the queue, not the lane
+            thread = threading.Thread(target=_serve, args=(self._jobs,), daemon=True,
+                                      name=f"{LANE_PREFIX}{self.name}_{i}")
             thread.start()
             self._threads.append(thread)
+            _WORKERS[thread] = self._jobs
         _LIVE.add(self)
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            future, fn, args = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # the future carries it to whoever waits
-                future.set_exception(exc)
-                del exc
-            else:
-                future.set_result(result)
-            del job, future, fn, args  # nothing of a finished job stays alive here
-        self._jobs.put(None)  # the next worker stops too
+        weakref.finalize(self, self._jobs.put, None).atexit = False  # dropped: stop
 
     def shutdown(self, *, cancel: bool) -> None:
         """Stop the workers after the running transfers; drop queued ones if ``cancel``."""
@@ -112,10 +99,31 @@ class Lane:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()
-        _LIVE.discard(self)
 
 
-_LIVE: weakref.WeakSet[Lane] = weakref.WeakSet()  # lanes with threads, for the exit hook
+_Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
+
+
+def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """Run a lane's jobs until its queue says stop (``None``, passed on to the next)."""
+    while (job := jobs.get()) is not None:
+        future, fn, args = job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # the future carries it to whoever waits
+            future.set_exception(exc)
+            del exc
+        else:
+            future.set_result(result)
+        del job, future, fn, args  # nothing of a finished job stays alive here
+    jobs.put(None)
+
+
+_LIVE: weakref.WeakSet[Lane] = weakref.WeakSet()  # lanes whose threads started
+_WORKERS: weakref.WeakKeyDictionary[threading.Thread, queue.SimpleQueue[_Job | None]] = (
+    weakref.WeakKeyDictionary())  # every lane thread and its queue, for the exit hook
 
 
 def _forget_in_child() -> None:
@@ -124,6 +132,7 @@ def _forget_in_child() -> None:
         lane._threads, lane._lock = [], threading.Lock()
         lane._jobs = queue.SimpleQueue()  # the parent's jobs stay the parent's
     _LIVE.clear()
+    _WORKERS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -131,9 +140,12 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 @atexit.register
 def _finish_at_exit() -> None:
-    """Let running lanes finish their queued jobs before the interpreter goes away."""
-    for lane in list(_LIVE):
-        lane.shutdown(cancel=False)
+    """Let lane threads finish the jobs queued before the interpreter goes away."""
+    workers = list(_WORKERS.items())
+    for _, jobs in workers:
+        jobs.put(None)
+    for thread, _ in workers:
+        thread.join()
 
 
 REUSE_STAGING_MAX = 256 << 20  # a lane keeps one staging buffer up to this size
