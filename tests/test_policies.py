@@ -301,6 +301,34 @@ def test_composite_puts_hints_first_without_repeats() -> None:
     assert predict(c, range(5)) == [1, 3, 4, 2, 0]
 
 
+class _Fixed:
+    """A predictor part that forecasts a given list (what take_budget keeps of it)."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        self.keys = keys
+
+    def observe(self, signal: Any, key: Any, *, ctx: EventContext) -> None:
+        pass
+
+    def predict(self, *, ctx: PredictContext) -> list[Any]:
+        return take_budget(self.keys, ctx)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_composite_equals_the_merge_of_its_parts_shortcut_or_not(seed: int) -> None:
+    """A part that only repeats the head of the first adds nothing: same forecast."""
+    rng = random.Random(seed)
+    keys = list(range(40))
+    first = rng.sample(keys, rng.randint(0, 30))
+    second = first[:rng.randint(0, len(first))] if seed % 2 else rng.sample(keys, 20)
+    sizes = {k: rng.choice([1, 2, 3]) for k in keys}
+    ctx = PredictContext(sizes=sizes, budget_bytes=rng.choice([5, 20, 200]),
+                         max_keys=rng.choice([8, 256]))
+    parts = [_Fixed(first), _Fixed(second)]
+    merged = take_budget(itertools.chain(*(p.predict(ctx=ctx) for p in parts)), ctx)
+    assert Composite(*parts).predict(ctx=ctx) == merged
+
+
 # ---------------------------------------------------------------- replayed traces
 def backward(n: int) -> list[tuple[str, Any]]:
     return [("store", s) for s in range(n)] + [("revisit", s) for s in reversed(range(n))]
