@@ -59,6 +59,27 @@ def test_a_store_that_must_evict_frees_room_for_the_next_few(tmp_path, state_byt
     cache.close()
 
 
+def test_eviction_ahead_stops_at_a_prefetch_not_yet_read(tmp_path):
+    """The extra victims of a store never include a prefetched copy nobody has read yet
+    (the pump would only read it again): here the second victim in LRU order is one."""
+    n = 4096 // 8
+    cache = tiered.Cache([tiered.HostTier(256 * 1024), tiered.DirectoryTier(tmp_path / "bb")],
+                         eviction="score", prefetch=None)
+    for i in range(64):
+        cache.store(i, _value(i, n))
+    cache.flush()
+    with cache._cond:  # as the pump would have landed it (the engine's own bookkeeping)
+        cache._index[1].copies[0].prefetched = True
+        cache._ahead += 1
+    cache.store(64, _value(64, n))
+    assert cache.stats().tiers["host"].evictions == 1  # 0 went, 1 (prefetched) stayed
+    assert 1 in cache._resident[0] and 0 not in cache._resident[0]
+    for i in reversed(range(65)):
+        np.testing.assert_array_equal(cache.revisit(i), _value(i, n))
+    assert cache.stats().prefetch_hits == 1
+    cache.close()
+
+
 def test_dirty_entries_are_never_evicted_and_store_times_out(tmp_path):
     # host-only: nothing can ever be clean, so a full host must push back
     cache = tiered.Cache([tiered.HostTier(3 * MiB)], full_timeout_s=0.3)

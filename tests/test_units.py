@@ -189,6 +189,24 @@ lane.submit(Path({str(tmp_path / "done")!r}).write_text, "yes")
     assert (tmp_path / "done").read_text() == "yes"
 
 
+def test_a_job_submitted_after_the_exit_hook_is_refused_not_left_waiting():
+    script = """
+import atexit, time
+def late():  # registered before tiered's hook, so it runs after it
+    try:
+        lane.submit(time.sleep, 0)
+    except RuntimeError as exc:
+        print("refused:", exc)
+atexit.register(late)
+from tiered.movers import Lane
+lane = Lane("late-test")
+lane.submit(time.sleep, 0).result(10)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)  # a job queued behind the stop would hang here
+    assert "refused: lane late-test: cannot queue a job after shutdown" in done.stdout
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_lane_used_before_a_fork_works_in_the_child():
     from tiered.movers import Lane

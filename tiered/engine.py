@@ -302,8 +302,9 @@ class EngineCore:
             if victim is None or victim not in candidates:
                 break
             ahead -= self._nbytes[victim]
-            if ahead < 0:
-                break
+            copy = self._index[victim].copies[tier]
+            if ahead < 0 or (copy.prefetched and not copy.used):
+                break  # a prefetch not yet read is not given up for a store to come
             self._tstats(tier).evictions += 1
             self._drop_copy(self._index[victim], tier)  # a memory copy: no file to delete
         return record if record is not None else True

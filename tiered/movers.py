@@ -55,6 +55,7 @@ class Lane:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        _LANES.add(self)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Queue ``fn(*args)``; returns its future.
@@ -66,7 +67,7 @@ class Lane:
         """
         future: Future[T] = Future()
         with self._lock:
-            if self._closed:
+            if self._closed:  # by shutdown, or by the interpreter's exit
                 raise RuntimeError(f"lane {self.name}: cannot queue a job after shutdown")
             if not self._threads:
                 self._start()
@@ -80,7 +81,6 @@ class Lane:
             thread.start()
             self._threads.append(thread)
             _WORKERS[thread] = self._jobs
-        _LIVE.add(self)
         weakref.finalize(self, self._jobs.put, None).atexit = False  # dropped: stop
 
     def shutdown(self, *, cancel: bool) -> None:
@@ -108,30 +108,30 @@ def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
     """Run a lane's jobs until its queue says stop (``None``, passed on to the next)."""
     while (job := jobs.get()) is not None:
         future, fn, args = job
-        if not future.set_running_or_notify_cancel():
-            continue
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # the future carries it to whoever waits
-            future.set_exception(exc)
-            del exc
-        else:
-            future.set_result(result)
-        del job, future, fn, args  # nothing of a finished job stays alive here
+        del job
+        if future.set_running_or_notify_cancel():
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # the future carries it to whoever waits
+                future.set_exception(exc)
+                del exc
+            else:
+                future.set_result(result)
+                del result
+        del future, fn, args  # nothing of a finished job stays alive here
     jobs.put(None)
 
 
-_LIVE: weakref.WeakSet[Lane] = weakref.WeakSet()  # lanes whose threads started
+_LANES: weakref.WeakSet[Lane] = weakref.WeakSet()  # every lane, for the fork and exit hooks
 _WORKERS: weakref.WeakKeyDictionary[threading.Thread, queue.SimpleQueue[_Job | None]] = (
     weakref.WeakKeyDictionary())  # every lane thread and its queue, for the exit hook
 
 
 def _forget_in_child() -> None:
     """In a forked child the lanes' threads are gone: a lane used there starts its own."""
-    for lane in list(_LIVE):
+    for lane in list(_LANES):
         lane._threads, lane._lock = [], threading.Lock()
         lane._jobs = queue.SimpleQueue()  # the parent's jobs stay the parent's
-    _LIVE.clear()
     _WORKERS.clear()
 
 
@@ -140,7 +140,15 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 @atexit.register
 def _finish_at_exit() -> None:
-    """Let lane threads finish the jobs queued before the interpreter goes away."""
+    """Let lane threads finish the jobs queued before the interpreter goes away.
+
+    Every lane is closed first, as an executor is at exit: a job submitted later (by an
+    exit handler that runs after this one, or by a running job) is refused at once instead
+    of waiting behind the threads' stop for ever.
+    """
+    for lane in list(_LANES):
+        with lane._lock:
+            lane._closed = True
     workers = list(_WORKERS.items())
     for _, jobs in workers:
         jobs.put(None)
