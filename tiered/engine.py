@@ -291,23 +291,24 @@ class EngineCore:
         """
         candidates, ctx = self._candidates(tier, need, limit)
         policy = self._policies[tier]
-        victim = policy.victim(candidates, ctx=ctx) if candidates else None
-        if victim is None or victim not in candidates:
-            return False
-        self._tstats(tier).evictions += 1
-        record = self._drop_copy(self._index[victim], tier)
-        while ahead > 0 and len(candidates) > 1:
-            candidates.remove(victim)
+        evicted: Record | None | bool = False  # the first victim's file, or True
+        while candidates:
             victim = policy.victim(candidates, ctx=ctx)
             if victim is None or victim not in candidates:
                 break
-            ahead -= self._nbytes[victim]
-            copy = self._index[victim].copies[tier]
-            if ahead < 0 or (copy.prefetched and not copy.used):
-                break  # a prefetch not yet read is not given up for a store to come
+            if evicted is not False:  # one more, for the stores to come
+                ahead -= self._nbytes[victim]
+                copy = self._index[victim].copies[tier]
+                if ahead < 0 or (copy.prefetched and not copy.used):
+                    break  # a prefetch not yet read is not given up for a store to come
             self._tstats(tier).evictions += 1
-            self._drop_copy(self._index[victim], tier)  # a memory copy: no file to delete
-        return record if record is not None else True
+            record = self._drop_copy(self._index[victim], tier)
+            if evicted is False:  # only a persistent tier's copy has a file to delete
+                evicted = record if record is not None else True
+            if ahead <= 0:
+                break
+            candidates.remove(victim)
+        return evicted
 
     def _candidates(self, tier: int, need: int, limit: float) -> tuple[list[Key], VictimContext]:
         """Return the copies of ``tier`` that may be evicted and what the policy knows."""

@@ -164,6 +164,10 @@ def flatten(value: Any) -> tuple[ValueMeta, list[Any]]:
     """
     if type(value) is np.ndarray:  # a bare array, as adjoint states are: one meta per kind
         return _array_meta(value.dtype, value.shape), [value]
+    return _flatten(value)
+
+
+def _flatten(value: Any) -> tuple[ValueMeta, list[Any]]:
     flat = _Flattener()
     spec = flat.visit(value, "")
     json.dumps(spec)  # every spec must round-trip through a manifest
@@ -175,13 +179,10 @@ def _array_meta(dtype: np.dtype[Any], shape: tuple[int, ...]) -> ValueMeta:
     """Return the meta of a bare numpy array of this dtype and shape (shared: it is frozen).
 
     A store runs this per call; building it afresh (two frozen dataclasses, a JSON check)
-    cost more than the rest of the bookkeeping of a 1 MiB store here.
+    cost more than the rest of the bookkeeping of a 1 MiB store here. It is the general
+    path's meta of a stand-in: a broadcast view of one element, which holds no memory.
     """
-    flat = _Flattener()
-    spec = flat.visit(np.empty((0,) * len(shape), dtype), "")  # checks the dtype too
-    leaf = dataclasses.replace(flat.leaves[0], shape=shape,
-                               nbytes=math.prod(shape) * dtype.itemsize)
-    return ValueMeta(spec, (leaf,), -(-leaf.nbytes // ALIGN) * ALIGN)
+    return _flatten(np.broadcast_to(np.empty((), dtype), shape))[0]
 
 
 def structure(spec: Any) -> Any:
