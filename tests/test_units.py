@@ -56,6 +56,16 @@ def test_sizes():
         parse_size("-1")
 
 
+def test_sizes_decimal_and_binary_units_and_whole_bytes():
+    assert parse_size("1M") == parse_size("1MB") == 10**6
+    assert parse_size("1MiB") == parse_size("1 mib") == 2**20
+    assert parse_size("1.5KiB") == 1536 and parse_size("1.5 kB") == 1500
+    assert parse_size("12") == parse_size("12B") == 12
+    for fraction in ("1.5", "1.5B", "0.5 b"):
+        with pytest.raises(ValueError, match="whole"):
+            parse_size(fraction, name="capacity")
+
+
 def _drive(policy, events):
     for event, key in events:
         policy.observe(event, key, ctx=EventContext())

@@ -1,4 +1,9 @@
-"""Byte sizes: parse human strings ("512MiB", "4 GB") and format them back."""
+"""Byte sizes: parse human strings ("512MiB", "4 GB") and format them back.
+
+``K``, ``M``, ``G``, ``T`` and ``KB`` ... ``TB`` are decimal (powers of 1000, as disk makers
+and ``df -H`` count); ``KiB`` ... ``TiB`` are binary (powers of 1024). A plain number or one in
+``B`` must be whole: there is no fraction of a byte.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ def parse_size(value: int | str | None, *, name: str = "capacity") -> int | None
     ----------
     value : int, str or None
         ``1048576``, ``"1MiB"``, ``"1.5 GB"``; ``None`` means unlimited and is returned as is.
+        Decimal units (``"1M"``, ``"1MB"``: 10**6) and binary ones (``"1MiB"``: 2**20)
+        are both accepted; a number without a unit (or in ``B``) must be whole.
     name : str
         The argument's name, used in error messages.
 
@@ -31,7 +38,7 @@ def parse_size(value: int | str | None, *, name: str = "capacity") -> int | None
     Raises
     ------
     ValueError
-        If the string cannot be parsed or the size is negative.
+        If the string cannot be parsed, is a fraction of a byte, or the size is negative.
     """
     if value is None:
         return None
@@ -48,7 +55,11 @@ def parse_size(value: int | str | None, *, name: str = "capacity") -> int | None
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         raise ValueError(f"{name}={value!r} is not a size; use bytes or e.g. '512MiB', '4GB'")
-    return int(float(match.group(1)) * _UNITS[unit])
+    number = match.group(1)
+    if _UNITS[unit] == 1 and "." in number:
+        raise ValueError(f"{name}={value!r}: a number of bytes must be whole; for a fraction "
+                         "give a unit, e.g. '1.5MiB' or '1.5MB'")
+    return int(float(number) * _UNITS[unit])
 
 
 def format_size(nbytes: float) -> str:
