@@ -19,11 +19,17 @@ def cache(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["../x", "/abs", "a/b", "nul\x00", "", ".", "..", "a\\b",
-                                 ("ok", "../x"), ()])
+                                 ("ok", "../x"), (), "\ud800x", ("ok", "\udfff")])
 def test_bad_keys_are_refused(cache, key):
     with pytest.raises(ValueError):
         cache.store(key, np.zeros(2))
     assert len(cache) == 0
+
+
+def test_a_unicode_key_is_stored_drained_and_flushed(cache):
+    cache.store(("état", "波"), np.arange(4))
+    cache.flush()
+    assert cache.revisit(("état", "波")).tolist() == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("key", [1.5, True, None, ["a"], ("a", ("b",)), b"bytes"])

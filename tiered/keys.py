@@ -17,7 +17,8 @@ def canonical_key(key: object) -> Key:
     r"""Validate ``key`` and return its canonical form.
 
     Keys are ``str``, ``int`` or flat tuples of them. Strings must be non-empty and free of
-    NUL, ``/`` and ``\``, and may not be ``.`` or ``..`` — so no key can name a path.
+    NUL, ``/`` and ``\``, may not be ``.`` or ``..`` — so no key can name a path — and must
+    encode as UTF-8 (no lone surrogates).
 
     Raises
     ------
@@ -36,7 +37,16 @@ def canonical_key(key: object) -> Key:
 def _plain(text: str) -> bool:
     """Whether ``text`` is a valid key string (as :func:`_atom` checks it)."""
     return (bool(text) and "\x00" not in text and "/" not in text and "\\" not in text
-            and text not in (".", ".."))
+            and text not in (".", "..") and (text.isascii() or _encodable(text)))
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a lone surrogate such as ``"\\ud800"`` does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _atom(part: object, whole: object) -> str | int:
@@ -56,6 +66,9 @@ def _atom(part: object, whole: object) -> str | int:
         raise ValueError(f"key {whole!r}: must not contain NUL, '/' or '\\'")
     if part in (".", ".."):
         raise ValueError(f"key {whole!r}: '.' and '..' are not allowed")
+    if not _encodable(part):
+        raise ValueError(f"key {whole!r}: not encodable as UTF-8 (a lone surrogate?); "
+                         "file names and manifests could not hold it")
     return part
 
 
