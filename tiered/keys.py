@@ -41,7 +41,7 @@ def _plain(text: str) -> bool:
 
 
 def _encodable(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (a lone surrogate such as ``"\\ud800"`` does not)."""
+    r"""Whether ``text`` encodes as UTF-8 (a lone surrogate such as ``"\ud800"`` does not)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
