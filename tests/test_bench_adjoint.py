@@ -292,7 +292,7 @@ def test_bare_ring_raises_what_its_io_thread_hit(tmp_path: Path) -> None:
 
 def test_solver_waits_split_the_threads_sleeps_from_its_cpu_queue() -> None:
     from tiered.bench.adjoint import _solver_sched, _solver_waits
-    from tiered.bench.common import table
+    from tiered.console import table
 
     before = _solver_sched()
     assert before is not None  # Linux, as CI's machine

@@ -1,4 +1,4 @@
-"""The ``tiered`` command: ``demo``, ``info PATH`` and ``bench NAME`` (see ``--help``)."""
+"""The ``tiered`` command line: ``demo``, ``info PATH`` and ``bench NAME``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered.bench import COLD_IO
+from tiered.console import counter, table
 from tiered.sizes import format_size
 
 
@@ -24,33 +25,73 @@ def _sizes(text: str) -> list[int]:
     return values
 
 
+DESCRIPTION = """\
+tiered: a tiered checkpoint cache over GPU memory, host memory, a burst-buffer directory
+and HDF5 files.
+
+  tiered demo              an adjoint-style run through tiered beside np.save/np.load
+  tiered info PATH         what a persistent tier directory holds, verified
+  tiered bench NAME        a benchmark; prints a table and writes JSON
+"""
+
+BENCHES = (("capture", "store() blocking time against np.copyto into a reused buffer"),
+           ("drain", "background drain throughput against raw write + fsync"),
+           ("interference", "how much draining slows a compute loop in the foreground"),
+           ("revisit", "backward-pass stall with each prefetch policy"),
+           ("adjoint", "reverse time migration, every way of keeping its history"),
+           ("history", "store/revisit cost per call as the history grows"),
+           ("sweeps", "CPU per state over several sweeps, files new or reused"))
+PLOTS = ("adjoint", "revisit")  # benches where a picture says more than the table
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tiered", description=__doc__)
+    from tiered import __version__
+
+    p = argparse.ArgumentParser(prog="tiered", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"tiered {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = p.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="a small adjoint-style run, with np.save for comparison")
-    demo.add_argument("--steps", type=int, default=40)
-    demo.add_argument("--n", type=int, default=1024, help="state is n x n float32")
-    demo.add_argument("--workdir", help="where the temporary tiers go (default: system temp)")
-    info = sub.add_parser("info", help="list what a persistent tier directory holds")
-    info.add_argument("path", type=Path)
-    info.add_argument("--no-verify", action="store_true", help="skip reading every object")
-    bench = sub.add_parser("bench", help="benchmarks; each writes JSON")
-    kinds = bench.add_subparsers(dest="bench", required=True)
-    for name, help_text in (("capture", "store() blocking time vs np.copyto"),
-                            ("drain", "drain throughput vs raw write+fsync"),
-                            ("interference", "foreground slowdown while draining"),
-                            ("revisit", "backward-pass stall with each prefetch policy"),
-                            ("adjoint", "reverse time migration, every way of keeping it"),
-                            ("history", "store/revisit cost per call as the history grows"),
-                            ("sweeps", "CPU per state over several sweeps, files new or reused")):
-        b = kinds.add_parser(name, help=help_text)
-        b.add_argument("--json", help="output path (default tiered-bench-NAME.json)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                         help="what to do (tiered COMMAND --help for its options)")
+    demo = sub.add_parser("demo", help="an adjoint-style run through tiered and through "
+                                       "np.save/np.load, timed side by side")
+    demo.add_argument("--steps", type=_positive, default=100,
+                      help="states in the history (default 100)")
+    demo.add_argument("--rounds", type=_positive, default=3,
+                      help="rounds of each run, alternating; the median is reported "
+                           "(default 3)")
+    demo.add_argument("--n", type=_positive, default=1024,
+                      help="each state is n x n float32 (default 1024: 4 MiB)")
+    demo.add_argument("--workdir", type=Path,
+                      help="keep tiered's persistent tier here, to look at with tiered info "
+                           "(default: a temporary directory, removed afterwards)")
+    info = sub.add_parser("info", help="list and verify what a persistent tier directory "
+                                       "holds")
+    info.add_argument("path", type=Path, help="the directory of a DirectoryTier or HDF5Tier")
+    info.add_argument("--no-verify", action="store_true",
+                      help="list only: do not read every object back against its checksums")
+    bench = sub.add_parser("bench", help="benchmarks: a table on screen, the rows in JSON")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="NAME",
+                                 help="which benchmark (tiered bench NAME --help)")
+    for name, help_text in BENCHES:
+        b = kinds.add_parser(name, help=help_text, description=help_text)
+        b.add_argument("--json", metavar="PATH",
+                       help="where the JSON goes (default tiered-bench-NAME.json)")
         b.add_argument("--workdir", help="directory for the files (default: system temp)")
         b.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+        if name in PLOTS:
+            b.add_argument("--plot", metavar="PATH", type=Path,
+                           help="also draw the result as a PNG (needs matplotlib: "
+                                "pip install 'tiered[plot]')")
         if name in ("capture", "drain"):
-            b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256])
-    adj = kinds.choices["adjoint"]
+            b.add_argument("--sizes-mib", type=_sizes, default=[4, 16, 64, 256],
+                           help="value sizes in MiB, comma-separated (default 4,16,64,256)")
+    _bench_options(kinds.choices)
+    return p
+
+
+def _bench_options(kinds: dict[str, argparse.ArgumentParser]) -> None:
+    adj = kinds["adjoint"]
     adj.add_argument("--n", type=_positive, default=512, help="grid is n x n (float32)")
     adj.add_argument("--nt", type=_positive, default=400, help="snapshots in the history")
     adj.add_argument("--substeps", type=_positive, default=4,
@@ -67,22 +108,21 @@ def _parser() -> argparse.ArgumentParser:
     adj.add_argument("--rows", type=_names,
                      help="comma-separated rows to run (default: all); compute-only and "
                           "np.save/np.load are always run, every ratio is against them")
-    hist = kinds.choices["history"]
+    hist = kinds["history"]
     hist.add_argument("--counts", type=_sizes, default=[1000, 4000, 16000],
                       help="history lengths, comma-separated")
     hist.add_argument("--state-kib", type=_positive, default=4, help="KiB per state")
-    swp = kinds.choices["sweeps"]
+    swp = kinds["sweeps"]
     swp.add_argument("--states", type=_positive, default=200, help="states per sweep")
     swp.add_argument("--sweeps", type=_positive, default=3, help="forward/backward sweeps")
     swp.add_argument("--state-mib", type=_positive, default=1, help="MiB per state")
     swp.add_argument("--rounds", type=_positive, default=5,
                      help="rounds of every row, alternated; the median round is reported")
-    rev = kinds.choices["revisit"]
+    rev = kinds["revisit"]
     rev.add_argument("--states", type=_positive, default=64, help="states in the history")
     rev.add_argument("--state-mib", type=_positive, default=16, help="MiB per state")
     rev.add_argument("--trace", action="store_true",
                      help="replay key patterns against each policy instead (hit rates)")
-    return p
 
 
 def _names(text: str) -> list[str]:
@@ -105,15 +145,20 @@ def _positive(text: str) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from tiered import demo
 
-    res = demo.run(demo.DemoConfig(steps=args.steps, n=args.n), workdir=args.workdir)
+    cfg = demo.DemoConfig(steps=args.steps, n=args.n, rounds=args.rounds)
+    res = demo.run(cfg, workdir=args.workdir, announce=print)
     print(demo.summary(res))
     return 0
 
 
 def _info(args: argparse.Namespace) -> int:
-    from tiered.info import inspect
+    from tiered.info import NotATierError, inspect
 
-    res = inspect(args.path, verify=not args.no_verify)
+    try:
+        res = inspect(args.path, verify=not args.no_verify)
+    except (FileNotFoundError, NotATierError, PermissionError) as exc:
+        print(f"tiered info: {exc}", file=sys.stderr)
+        return 2
     print(f"{res['tier']} at {res['path']}: {len(res['objects'])} objects, "
           f"{format_size(res['total_bytes'])}")
     for row in res["objects"]:
@@ -149,21 +194,25 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
     names = adjoint.ROWS if args.device is None else adjoint.DEVICE_ROWS
     if args.rows:
         names = tuple(dict.fromkeys([*adjoint.REFERENCE_ROWS, *args.rows]))
-    rows = adjoint.run(cfg, workdir=workdir, rounds=1 if args.quick else args.rounds, rows=names,
-                       progress=lambda line: print(line, file=sys.stderr, flush=True),
-                       cold_io=args.cold_io)
-    return rows, ["regime", "name", "wall_s", "forward_s", "backward_s", "setup_s", "stall_s",
+    rounds = 1 if args.quick else args.rounds
+    with counter(rounds * len(adjoint.REGIMES) * len(names), "adjoint") as bar:
+        def tick(line: str) -> None:
+            bar.set_postfix_str(line.split("] ", 1)[-1], refresh=False)
+            bar.update()
+
+        rows = adjoint.run(cfg, workdir=workdir, rounds=rounds, rows=names, progress=tick,
+                           cold_io=args.cold_io)
+    return rows, ["regime", "name", "wall_s", "vs_compute", "speedup_vs_numpy", "stall_s",
+                  "recomputed_steps", "image_identical", "forward_s", "backward_s", "setup_s",
                   "calls_s", "solver_wait_s", "solver_runq_s", "solver_blocks",
-                  "background_cpu_s", "recomputed_steps", "vs_compute",
-                  "speedup_vs_numpy", "speedup_bound",
+                  "background_cpu_s", "speedup_bound",
                   "peak_rss_bytes", *(["peak_device_bytes"] if args.device else []),
-                  "bytes_written", "bytes_read", "device_read_bytes", "direct_io",
-                  "image_identical"]
+                  "bytes_written", "bytes_read", "device_read_bytes", "direct_io"]
 
 
 def _bench(args: argparse.Namespace) -> int:
     from tiered.bench import capture, drain, interference
-    from tiered.bench.common import save_json, table
+    from tiered.bench.common import save_json
 
     workdir = Path(args.workdir) if args.workdir else None
     if args.bench == "capture":
@@ -207,6 +256,13 @@ def _bench(args: argparse.Namespace) -> int:
     print(table(rows, cols))
     extra = _verdicts(args, rows) if args.bench == "adjoint" else None
     print(f"wrote {save_json(args.bench, rows, args.json, extra)}")
+    if getattr(args, "plot", None) is not None:
+        from tiered.bench import plots
+
+        if args.bench == "revisit" and args.trace:
+            print("--plot: the trace replay has no stall per step to draw", file=sys.stderr)
+            return 2
+        print(f"wrote {getattr(plots, args.bench)(rows, args.plot)}")
     return 0
 
 

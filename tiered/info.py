@@ -9,15 +9,32 @@ import numpy as np
 
 from tiered.errors import CorruptDataError
 from tiered.movers import staging_buffer
-from tiered.tiers.base import PersistentTier
+from tiered.tiers.base import TMP_PREFIX, PersistentTier
 from tiered.tiers.directory import DirectoryTier
 
 
+class NotATierError(ValueError):
+    """The path is not a directory that a persistent tier wrote."""
+
+
 def open_tier(path: Path) -> PersistentTier:
-    """Open the tier at ``path``: HDF5 if it holds ``.h5`` objects, else a directory tier."""
+    """Open the tier at ``path``: HDF5 if it holds ``.h5`` objects, else a directory tier.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` is not a directory.
+    NotATierError
+        If it holds no object or temp file of a tiered tier (an empty or foreign folder).
+    """
     if not path.is_dir():
-        raise FileNotFoundError(f"{path} is not a directory")
-    if any(p.suffix == ".h5" for p in path.iterdir()):
+        raise FileNotFoundError(f"{path}: no such directory")
+    names = [p.name for p in path.iterdir()]
+    if not any(n.startswith(TMP_PREFIX) or n.endswith((DirectoryTier.suffix, ".h5"))
+               for n in names):
+        raise NotATierError(f"{path} holds no tiered objects ({len(names)} other entries): "
+                            "give the directory of a DirectoryTier or HDF5Tier")
+    if any(n.endswith(".h5") for n in names):
         from tiered.tiers.hdf5 import HDF5Tier
 
         return HDF5Tier(path)

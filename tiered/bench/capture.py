@@ -13,6 +13,7 @@ import numpy as np
 
 import tiered
 from tiered.bench.common import MiB, filled, median_time
+from tiered.console import progress
 
 
 def _store_times(cache: tiered.Cache, value: np.ndarray, repeat: int, *,
@@ -42,7 +43,7 @@ def _rotating_copy_s(value: np.ndarray, repeat: int) -> float:
 def run(sizes_mib: list[int], repeat: int, workdir: Path | None = None) -> list[dict[str, Any]]:
     """Measure each size; one row per size."""
     rows = []
-    for size in sizes_mib:
+    for size in progress(sizes_mib, "capture"):
         nbytes = size * MiB
         value = filled(nbytes)
         dst = np.empty_like(value)

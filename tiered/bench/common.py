@@ -74,14 +74,3 @@ def median_round(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """
     return dict(sorted(runs, key=lambda r: r[key])[(len(runs) - 1) // 2])
 
-
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """Format rows as a plain aligned text table."""
-    def cell(v: Any) -> str:  # a field not measured (None) stays blank, as a missing one
-        return f"{v:.3f}" if isinstance(v, float) else "" if v is None else str(v)
-
-    widths = [max(len(c), *(len(cell(r.get(c, ""))) for r in rows)) for c in columns]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(cell(r.get(c, "")).ljust(w) for c, w in zip(columns, widths, strict=True))
-              for r in rows]
-    return "\n".join(lines)

@@ -12,6 +12,7 @@ import numpy as np
 
 import tiered
 from tiered.bench.common import MiB, clear_dir, filled, write_fsync
+from tiered.console import progress
 
 
 def _raw(root: Path, value: np.ndarray, count: int) -> float:
@@ -86,7 +87,7 @@ def run(sizes_mib: list[int], total_mib: int, workdir: Path | None = None,
         with_hdf5: bool = True, rounds: int = 3) -> list[dict[str, Any]]:
     """One row per size and persistent tier kind (medians of interleaved rounds)."""
     rows = []
-    for size in sizes_mib:
+    for size in progress(sizes_mib, "drain"):
         value = filled(size * MiB)
         count = max(2, total_mib // size)
         gb = count * value.nbytes / 1e9

@@ -24,6 +24,7 @@ import numpy as np
 
 import tiered
 from tiered.bench.common import filled
+from tiered.console import progress
 
 
 def _passes(store: Callable[[int, np.ndarray], object], revisit: Callable[[int], object],
@@ -68,7 +69,7 @@ def run(counts: list[int], state_kib: int, workdir: Path | None = None) -> list[
     """One row per history length, each way side by side; ``growth`` compares the first."""
     value = filled(state_kib << 10)
     rows: list[dict[str, Any]] = []
-    for count in counts:
+    for count in progress(counts, "history"):
         limit, naive, ours = _limit(value, count), _dict(value, count), \
             _tiered(value, count, workdir)
         rows.append({"states": count, "state_kib": state_kib,

@@ -15,6 +15,7 @@ import numpy as np
 
 import tiered
 from tiered.bench.common import MiB, filled
+from tiered.console import progress
 
 
 def numpy_loop(iterations: int) -> Callable[[], None]:
@@ -92,7 +93,8 @@ def run(total_mib: int, value_mib: int, seconds: float,
     """One row per foreground loop and background writer."""
     values = [filled(value_mib * MiB, seed=i) for i in range(max(1, total_mib // value_mib))]
     rows = []
-    for loop_name, make in (("numpy", numpy_loop), ("python", python_loop)):
+    for loop_name, make in progress((("numpy", numpy_loop), ("python", python_loop)),
+                                    "interference"):
         fn = _calibrate(make, seconds)
         alone = min(_timed(fn) for _ in range(3))
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:

@@ -24,6 +24,7 @@ import numpy as np
 import tiered
 from tiered.bench.common import MiB, filled, median_time, write_fsync
 from tiered.bench.interference import numpy_loop
+from tiered.console import progress
 from tiered.replay import Op, Replay
 
 CONFIGS: list[tuple[str, str, Any, bool]] = [  # name, eviction, prefetch, hint the order
@@ -79,18 +80,21 @@ def _kernel(seconds: float) -> Callable[[], None]:
 
 
 def _backward(states: int, load: Callable[[int], np.ndarray],
-              kernel: Callable[[], None]) -> tuple[float, float]:
-    """Run the backward sweep; return (wall seconds, seconds spent inside ``load``)."""
+              kernel: Callable[[], None]) -> tuple[float, list[float]]:
+    """Run the backward sweep; return its wall seconds and the seconds in each ``load``.
+
+    The loads are listed in the order they ran (the last state first).
+    """
     acc = 0.0
-    loading = 0.0
+    loads: list[float] = []
     started = time.perf_counter()
     for step in reversed(range(states)):
         t = time.perf_counter()
         value = load(step)
-        loading += time.perf_counter() - t
+        loads.append(time.perf_counter() - t)
         acc += float(value[0])
         kernel()
-    return time.perf_counter() - started, loading
+    return time.perf_counter() - started, loads
 
 
 def _tiered_row(cfg: RevisitConfig, value: np.ndarray, root: Path, kernel: Callable[[], None],
@@ -106,10 +110,11 @@ def _tiered_row(cfg: RevisitConfig, value: np.ndarray, root: Path, kernel: Calla
         cache.hint(reversed(range(cfg.states)))
     buf = np.empty_like(value)
     buf.fill(0)  # the solver's own pre-faulted buffer: revisit(out=) copies into it
-    wall, loading = _backward(cfg.states, lambda s: cache.revisit(s, out=buf), kernel)
+    wall, loads = _backward(cfg.states, lambda s: cache.revisit(s, out=buf), kernel)
     s = cache.stats()
     cache.close(drain=False)
-    return {"backward_s": wall, "revisit_s": loading, "stall_s": s.stall_s,
+    return {"backward_s": wall, "revisit_s": sum(loads), "revisit_step_s": loads,
+            "stall_s": s.stall_s,
             "host_hits": s.tiers["host"].hits, "prefetch_hits": s.prefetch_hits,
             "late_prefetches": s.late_prefetches, "wasted_prefetches": s.wasted_prefetches}
 
@@ -124,8 +129,9 @@ def _numpy_row(cfg: RevisitConfig, value: np.ndarray, root: Path,
             fh.flush()
             os.fsync(fh.fileno())
     drop_cache(folder)
-    wall, loading = _backward(cfg.states, lambda s: np.load(folder / f"{s}.npy"), kernel)
-    return {"backward_s": wall, "revisit_s": loading, "stall_s": loading}
+    wall, loads = _backward(cfg.states, lambda s: np.load(folder / f"{s}.npy"), kernel)
+    return {"backward_s": wall, "revisit_s": sum(loads), "revisit_step_s": loads,
+            "stall_s": sum(loads)}
 
 
 def _clear(root: Path) -> None:
@@ -148,7 +154,7 @@ def run(cfg: RevisitConfig, workdir: Path | None = None) -> list[dict[str, Any]]
         rows.append({"name": "compute-only", "backward_s": compute_s, "stall_s": 0.0})
         rows.append({"name": "np.load", **_numpy_row(cfg, value, root, kernel)})
         _clear(root)
-        for name, eviction, prefetch, hint in CONFIGS:
+        for name, eviction, prefetch, hint in progress(CONFIGS, "revisit"):
             rows.append({"name": name, **_tiered_row(cfg, value, root, kernel, eviction,
                                                      prefetch, hint)})
             _clear(root)
@@ -180,7 +186,7 @@ TRACE_POLICIES: list[tuple[str, Literal[False] | str]] = [
 def run_trace(n: int = 256, capacity: int = 32) -> list[dict[str, Any]]:
     """Hit rate of each policy pair on each pattern (inline replay, deterministic)."""
     rows = []
-    for pattern, order in patterns(n).items():
+    for pattern, order in progress(patterns(n).items(), "trace"):
         ops: list[Op] = [("store", k) for k in range(n)] + [("revisit", k) for k in order]
         for eviction, prefetch in TRACE_POLICIES:
             res = Replay(capacity, eviction=eviction, prefetch=prefetch).run(ops)

@@ -41,6 +41,7 @@ import numpy as np
 import tiered
 from tiered.adapters.adjoint import Checkpointer
 from tiered.bench.common import filled, median_round
+from tiered.console import progress
 
 ROWS = ("raw-new-files", "raw-reused-files", "tiered-no-spares", "tiered-spares")
 PAIRS = {"raw-reused-files": "raw-new-files", "tiered-spares": "tiered-no-spares"}
@@ -135,9 +136,9 @@ def run(states: int = 200, sweeps: int = 3, state_mib: int = 1, rounds: int = 5,
         raise ValueError("states, sweeps, state_mib and rounds must be positive")
     state = filled(state_mib << 20)  # no zero runs: every byte is written
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in ROWS}
-    for _ in range(rounds):
-        for name in ROWS:
-            samples[name].append(_one(name, state, states, sweeps, workdir))
+    order = [name for _ in range(rounds) for name in ROWS]
+    for name in progress(order, "sweeps"):
+        samples[name].append(_one(name, state, states, sweeps, workdir))
     rows = []
     for name, runs in samples.items():
         row = median_round(runs, "cpu_us_per_state")
