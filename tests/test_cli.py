@@ -169,3 +169,16 @@ def test_bench_history_reports_cost_per_call(tmp_path: Path,
         with pytest.raises(SystemExit):
             main(["bench", "history", "--counts", bad])
         assert "comma-separated positive integers" in capsys.readouterr().err
+
+
+def test_bench_interference_sizes_itself_to_the_disk(tmp_path: Path) -> None:
+    from tiered.bench import interference
+
+    # 2 MiB drains long before 8 compute runs on any disk: it must grow, not crash
+    rows = interference.run(total_mib=2, value_mib=1, seconds=0.1, workdir=tmp_path)
+    assert len(rows) == 6
+    for row in rows:
+        assert row["loops"] >= interference.MIN_LOOPS, row
+        assert row["alone_s"] > 0 and row["loaded_s"] > 0
+    assert max(r["written_mib"] for r in rows) > 2
+    assert list(tmp_path.iterdir()) == []

@@ -252,7 +252,7 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         rows = interference.run(total_mib=128 if args.quick else 768, value_mib=16,
                                 seconds=0.3 if args.quick else 1.0, workdir=workdir)
-        cols = ["loop", "background", "alone_s", "loaded_s", "slowdown"]
+        cols = ["loop", "background", "alone_s", "loaded_s", "slowdown", "loops", "written_mib"]
     print(table(rows, cols))
     extra = _verdicts(args, rows) if args.bench == "adjoint" else None
     print(f"wrote {save_json(args.bench, rows, args.json, extra)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -16,6 +17,9 @@ import numpy as np
 import tiered
 from tiered.bench.common import MiB, filled
 from tiered.console import progress
+
+MIN_LOOPS = 8  # compute runs the background work must outlast for a median to mean much
+MAX_BYTES = 4 << 30  # the most data one measurement writes (and holds in its host tier)
 
 
 def numpy_loop(iterations: int) -> Callable[[], None]:
@@ -47,22 +51,29 @@ def _timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - started
 
 
-def _under_tiered(fn: Callable[[], None], root: Path, values: list[np.ndarray],
-                  hdf5: bool) -> float:
+def _while(busy: Callable[[], bool], fn: Callable[[], None]) -> list[float]:
+    """Time ``fn`` over and over while ``busy()`` holds (the last run may end after it)."""
+    times = []
+    while busy():
+        times.append(_timed(fn))
+    return times
+
+
+def _under_tiered(fn: Callable[[], None], hdf5: bool, root: Path,
+                  values: list[np.ndarray]) -> list[float]:
     tier: tiered.PersistentTier = (tiered.HDF5Tier(root / "pfs") if hdf5
                                    else tiered.DirectoryTier(root / "bb"))
     cache = tiered.Cache([tiered.HostTier(sum(v.nbytes + 4096 for v in values) + MiB), tier])
     for i, v in enumerate(values):
         cache.store(i, v)
-    elapsed = _timed(fn)  # runs while the lanes drain
-    busy = any(e.drain is not None for e in list(cache._index.values()))
+    total = sum(v.nbytes for v in values)
+    times = _while(lambda: cache.stats().tiers[tier.name].bytes_in < total, fn)
     cache.close()
-    if not busy:
-        raise RuntimeError("the drain finished before the compute loop: raise --total-mib")
-    return elapsed
+    return times
 
 
-def _under_h5py_thread(fn: Callable[[], None], root: Path, values: list[np.ndarray]) -> float:
+def _under_h5py_thread(fn: Callable[[], None], root: Path,
+                       values: list[np.ndarray]) -> list[float]:
     import h5py
 
     def write() -> None:
@@ -76,9 +87,9 @@ def _under_h5py_thread(fn: Callable[[], None], root: Path, values: list[np.ndarr
 
     thread = threading.Thread(target=write)
     thread.start()
-    elapsed = _timed(fn)
+    times = _while(thread.is_alive, fn)
     thread.join()
-    return elapsed
+    return times
 
 
 def _calibrate(make: Callable[[int], Callable[[], None]], seconds: float) -> Callable[[], None]:
@@ -88,24 +99,55 @@ def _calibrate(make: Callable[[int], Callable[[], None]], seconds: float) -> Cal
     return make(int(n * seconds / _timed(make(n))))
 
 
+Measure = Callable[[Path, list[np.ndarray]], list[float]]
+
+
+def _loaded(measure: Measure, value: np.ndarray, count: int, least: int,
+            workdir: Path | None) -> tuple[list[float], int]:
+    """Run ``measure`` over ``count`` values, more each time, until ``least`` loops fit.
+
+    A drain that fitted ``k`` loops is given ``1.5 * least / k`` times the values (8 times
+    if none fitted), up to :data:`MAX_BYTES`. Each attempt writes into a fresh directory
+    (a cache opened over the last one's files would be a restart).
+    """
+    while True:
+        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+            times = measure(Path(tmp), [value] * count)
+        if len(times) >= least:
+            return times, count
+        if count * value.nbytes >= MAX_BYTES:
+            raise RuntimeError(f"{count * value.nbytes >> 20} MiB drained before {least} "
+                               "compute loops ended: the disk is faster than this benchmark "
+                               "can keep busy")
+        grow = 8.0 if not times else max(2.0, 1.5 * least / len(times))
+        count = min(int(count * grow) + 1, max(1, MAX_BYTES // value.nbytes))
+
+
 def run(total_mib: int, value_mib: int, seconds: float,
         workdir: Path | None = None) -> list[dict[str, Any]]:
-    """One row per foreground loop and background writer."""
-    values = [filled(value_mib * MiB, seed=i) for i in range(max(1, total_mib // value_mib))]
+    """One row per foreground loop and background writer.
+
+    The loop is cut into runs of ``seconds / 20``; the slowdown compares the median run
+    while the background writes with the median run alone. The data written starts at
+    ``total_mib`` and doubles until at least :data:`MIN_LOOPS` runs fit inside the drain,
+    so the benchmark sizes itself to the disk it runs on.
+    """
+    value = filled(value_mib * MiB)
+    count = max(1, total_mib // value_mib)
     rows = []
     for loop_name, make in progress((("numpy", numpy_loop), ("python", python_loop)),
                                     "interference"):
-        fn = _calibrate(make, seconds)
-        alone = min(_timed(fn) for _ in range(3))
-        with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            root = Path(tmp)
-            for bg, measure in (
-                ("tiered-directory", functools.partial(_under_tiered, fn, root, values, False)),
-                ("tiered-hdf5", functools.partial(_under_tiered, fn, root, values, True)),
-                ("h5py-thread (peer)", functools.partial(_under_h5py_thread, fn, root, values)),
-            ):
-                loaded = measure()
-                rows.append({"loop": loop_name, "background": bg, "alone_s": alone,
-                             "loaded_s": loaded, "slowdown": loaded / alone - 1.0,
-                             "target_slowdown": 0.10 if bg.startswith("tiered") else None})
+        fn = _calibrate(make, seconds / 20)
+        alone = statistics.median(_timed(fn) for _ in range(MIN_LOOPS))
+        backgrounds: list[tuple[str, Measure]] = [
+            ("tiered-directory", functools.partial(_under_tiered, fn, False)),
+            ("tiered-hdf5", functools.partial(_under_tiered, fn, True)),
+            ("h5py-thread (peer)", functools.partial(_under_h5py_thread, fn))]
+        for bg, measure in backgrounds:
+            times, count = _loaded(measure, value, count, MIN_LOOPS, workdir)
+            loaded = statistics.median(times)
+            rows.append({"loop": loop_name, "background": bg, "alone_s": alone,
+                         "loaded_s": loaded, "slowdown": loaded / alone - 1.0,
+                         "loops": len(times), "written_mib": count * value_mib,
+                         "target_slowdown": 0.10 if bg.startswith("tiered") else None})
     return rows
