@@ -90,7 +90,7 @@ def test_headroom_starts_small_and_widens_when_stores_wait():
     meta, _ = flatten(_value(0))
     pending = Pending(1)
     for i in range(16):
-        pending.add(Entry(key=i, version=i + 1, meta=meta, home=0), 0)
+        pending.add(Entry(key=i, version=i + 1, meta=meta, home=0), 0, meta.nbytes)
     assert pending.headroom(0) == MIN_HEADROOM
     # 16 MiB waiting in a 16 MiB tier: only what exceeds capacity - 1 MiB is due
     assert [e.key for e in pending.due(0, 16 * MiB)] == [0]

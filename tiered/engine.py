@@ -417,7 +417,7 @@ class EngineCore:
                                                                 MemoryTier):
             self._schedule_drain(entry)
             return
-        self._pending.add(entry, tier)
+        self._pending.add(entry, tier, self._tiers[tier].footprint(entry.meta.nbytes))
         self._drain_due(tier)
 
     def _drain_due(self, tier: int, need: int = 0) -> None:

@@ -27,26 +27,30 @@ class Pending:
     def __init__(self, ntiers: int) -> None:
         self._waiting: list[dict[Key, Entry]] = [{} for _ in range(ntiers)]
         self._bytes = [0] * ntiers
-        self._where: dict[Key, int] = {}
+        self._where: dict[Key, tuple[int, int]] = {}  # key -> (tier, bytes counted)
         self._headroom = [MIN_HEADROOM] * ntiers
 
     def __len__(self) -> int:
         return len(self._where)
 
-    def add(self, entry: Entry, tier: int) -> None:
-        """Hold ``entry`` (dirty, its copy in memory tier ``tier``) until it must drain."""
+    def add(self, entry: Entry, tier: int, nbytes: int) -> None:
+        """Hold ``entry`` (dirty, its copy in memory tier ``tier``) until it must drain.
+
+        ``nbytes`` is what its copy takes in that tier, in the tier's own units (its
+        footprint: a host tier spends whole pages), the units its capacity is given in.
+        """
         self.discard(entry)
         self._waiting[tier][entry.key] = entry
-        self._bytes[tier] += entry.meta.nbytes
-        self._where[entry.key] = tier
+        self._bytes[tier] += nbytes
+        self._where[entry.key] = (tier, nbytes)
 
     def discard(self, entry: Entry) -> bool:
         """Stop holding ``entry`` (it drains now, or is gone); return whether it was held."""
-        tier = self._where.get(entry.key)
-        if tier is None or self._waiting[tier].get(entry.key) is not entry:
+        where = self._where.get(entry.key)
+        if where is None or self._waiting[where[0]].get(entry.key) is not entry:
             return False
-        del self._where[entry.key], self._waiting[tier][entry.key]
-        self._bytes[tier] -= entry.meta.nbytes
+        del self._where[entry.key], self._waiting[where[0]][entry.key]
+        self._bytes[where[0]] -= where[1]
         return True
 
     def headroom(self, tier: int) -> float:
