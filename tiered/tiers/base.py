@@ -47,7 +47,7 @@ FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
 SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to write into again
 SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
-MANIFEST_SLACK = 64 * 1024  # capacity set aside per object for its manifest and footer
+MANIFEST_SLACK = 64 * 1024  # room reserved per object beyond its payload (a tier may say less)
 LANE_PREFIX = "tiered-"  # background lane threads are named so
 _PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
 
@@ -277,6 +277,7 @@ class PersistentTier(Tier):
     """
 
     persistent = True
+    overhead_bytes: ClassVar[int] = MANIFEST_SLACK  # reserved per object beyond its payload
     writers = 1  # objects the engine may write here at once (a hint for its lane)
     readers = 1  # objects the prefetcher may read from here at once
     suffix: ClassVar[str] = ".bin"
@@ -284,6 +285,11 @@ class PersistentTier(Tier):
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,
                  name: str, drop_pages: bool = False, sync: bool = True) -> None:
         super().__init__(capacity=capacity, name=name)
+        if self.capacity_bytes is not None and not self.fits(1):
+            raise ValueError(f"{name}: capacity={format_size(self.capacity_bytes)} cannot hold "
+                             f"one object (each takes its payload plus "
+                             f"{format_size(self.overhead_bytes)}); give at least "
+                             f"{format_size(self.footprint(1))}, or None for unlimited")
         self.drop_pages, self.sync = drop_pages, sync
         self.root = Path(path)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -297,8 +303,13 @@ class PersistentTier(Tier):
         return self._used
 
     def footprint(self, nbytes: int) -> int:
-        """Capacity a payload takes here: its bytes plus room for its manifest."""
-        return nbytes + MANIFEST_SLACK
+        """Capacity reserved for a payload's object: its bytes plus :attr:`overhead_bytes`.
+
+        What is reserved while an object is written; once written, the tier counts the
+        file's real size (:attr:`used_bytes`), which stays within this for a value whose
+        manifest is not unusually large.
+        """
+        return nbytes + self.overhead_bytes
 
     def has_room(self, nbytes: int) -> bool:
         """Return whether ``nbytes`` more would still fit."""

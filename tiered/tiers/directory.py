@@ -142,6 +142,7 @@ class DirectoryTier(PersistentTier):
     """
 
     suffix = ".tdat"
+    overhead_bytes = 8 * 1024  # manifest and footer, and a page of direct-I/O padding
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
                  name: str = "directory", drop_pages: bool = False, sync: bool = True,

@@ -59,6 +59,7 @@ class HDF5Tier(PersistentTier):
     """
 
     suffix = ".h5"
+    overhead_bytes = 32 * 1024  # an HDF5 file's own structures, and the manifest
 
     def __init__(self, path: str | os.PathLike[str], capacity: int | str | None = None, *,
                  name: str = "hdf5", drop_pages: bool = False, sync: bool = True) -> None:
