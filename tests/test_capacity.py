@@ -80,18 +80,43 @@ def test_eviction_ahead_stops_at_a_prefetch_not_yet_read(tmp_path):
     cache.close()
 
 
-def test_dirty_entries_are_never_evicted_and_store_times_out(tmp_path):
-    # host-only: nothing can ever be clean, so a full host must push back
-    cache = tiered.Cache([tiered.HostTier(3 * MiB)], full_timeout_s=0.3)
+def test_a_full_lone_host_tier_refuses_at_once_and_keeps_everything(tmp_path):
+    # host-only: nothing can ever leave it, so waiting for room would only time out
+    cache = tiered.Cache([tiered.HostTier(3 * MiB)], full_timeout_s=30)
     for i in range(3):
         cache.store(i, _value(i))
-    with pytest.raises(tiered.TierFullError, match="no room"):
+    started = time.monotonic()
+    with pytest.raises(tiered.TierFullError, match="no room .* can ever come.*no tier is below"):
         cache.store(99, _value(99))
+    assert time.monotonic() - started < 10  # not the 30 s timeout
     assert 99 not in cache
     for i in range(3):
         np.testing.assert_array_equal(cache.revisit(i), _value(i))
-    assert cache.stats().blocked_s > 0.2
+    assert cache.stats().blocked_s == 0
     cache.close()
+
+
+def test_dirty_entries_with_a_full_tier_below_refuse_at_once(tmp_path):
+    # the directory below is full of entries at home there: the host's dirty copies
+    # can never drain, so neither a store nor flush may wait for them
+    directory = tiered.DirectoryTier(tmp_path / "bb", capacity=2 * (MiB + 8192))
+    cache = tiered.Cache([tiered.HostTier(3 * MiB), directory], full_timeout_s=30)
+    started = time.monotonic()
+    for i in range(2):
+        cache.store(i, _value(i))
+    cache.flush()  # both at home in the directory
+    for i in (2, 3, 4):  # each drain fails at once, and flush says so (its work is done)
+        cache.store(i, _value(i))
+        with pytest.raises(tiered.BackgroundError, match="can ever come") as failed:
+            cache.flush()
+        assert i in failed.value.keys and "its own work was done" in str(failed.value)
+    # the host now holds three dirty entries that cannot leave it: a store cannot wait
+    with pytest.raises(tiered.TierFullError, match="can ever come"):
+        cache.store(5, _value(5))
+    assert time.monotonic() - started < 10  # no wait ran out its 30 s
+    for i in range(5):
+        np.testing.assert_array_equal(cache.revisit(i), _value(i))  # nothing lost
+    cache.close(drain=False)
 
 
 def test_store_blocks_until_drain_frees_room(tmp_path):

@@ -200,3 +200,31 @@ def test_lane_error_surfaces_at_next_call_and_flush_retries(tmp_path):
     cache.close()
     with tiered.Cache([tiered.DirectoryTier(tmp_path / "bb")]) as again:
         np.testing.assert_array_equal(again.revisit("a")["u"], value(1)["u"])
+
+
+@pytest.mark.parametrize("call", ["store", "revisit", "discard", "hint"])
+def test_a_background_error_is_raised_once_by_the_next_call_which_does_nothing(tmp_path, call):
+    """The documented rule: the next call raises it, names the keys, and is not carried out."""
+    cache = tiered.Cache([tiered.HostTier("16MiB"), tiered.DirectoryTier(tmp_path / "bb")])
+    cache.store("kept", value(0))
+    cache.flush()
+    shutil.rmtree(tmp_path / "bb")  # every write into the tier now fails
+    cache.store("lost-drain", value(1))
+    deadline = time.monotonic() + 10
+    while cache.stats().background_errors == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    action = {"store": lambda: cache.store("new", value(2)),
+              "revisit": lambda: cache.revisit("kept"),
+              "discard": lambda: cache.discard("kept"),
+              "hint": lambda: cache.hint(["kept"])}[call]
+    with pytest.raises(tiered.BackgroundError) as failed:
+        action()
+    message = str(failed.value)
+    assert failed.value.keys == ("lost-drain",) and "'lost-drain'" in message
+    assert f"{call}: " in message and "was not carried out" in message
+    assert ("new" not in cache) and ("kept" in cache)  # the call did nothing
+    action()  # raised once: the repeated call does its work
+    assert ("new" in cache) == (call == "store") and ("kept" in cache) == (call != "discard")
+    np.testing.assert_array_equal(cache.revisit("lost-drain")["u"], value(1)["u"])  # kept
+    cache.close(drain=False)

@@ -67,6 +67,16 @@ class Cache(PrefetchEngine):
         with self._cond:
             self.recovery: list[str] = self._recover()
 
+    def _enter(self, call: str) -> None:
+        """Do what every public call does first; raise, and ``call`` does nothing else.
+
+        Refuse if closed, take back lent copies, raise background failures not yet
+        reported.
+        """
+        self._check_open()
+        self._settle_returned()
+        self._raise_errors(call)
+
     # ----------------------------------------------------------------- store
     def store(self, key: Key, value: Any) -> None:
         """Capture ``value`` under ``key``; return once it is copied into the top tier.
@@ -78,9 +88,7 @@ class Cache(PrefetchEngine):
         TierFullError
             If no tier can ever hold the value, or room did not appear in time.
         """
-        self._check_open()
-        self._settle_returned()
-        self._raise_errors()
+        self._enter("store")
         key = canonical_key(key)
         meta, arrays = flatten(value)
         fits = [i for i, t in enumerate(self._tiers) if t.fits(meta.nbytes)]
@@ -90,37 +98,47 @@ class Cache(PrefetchEngine):
         with self._cond:
             version = self._next_version
             self._next_version += 1
-            tier, extent = self._place(fits, meta.nbytes)
+            tier, extent, doomed = self._place(fits, meta.nbytes)
+            reserved = 0 if extent is not None else self._tiers[tier].footprint(meta.nbytes)
+            self._writing[tier] += reserved
         try:
+            self._delete(doomed, now=True)  # the write below needs that room
             copy = self._capture(key, version, meta, arrays, tier, extent)
         except BaseException:
-            if extent is not None:
-                t = self._tiers[tier]
-                assert isinstance(t, MemoryTier)
-                with self._cond:
+            with self._cond:
+                self._writing[tier] -= reserved
+                if extent is not None:
+                    t = self._tiers[tier]
+                    assert isinstance(t, MemoryTier)
                     t.free(extent)
-                    self._cond.notify_all()
+                self._cond.notify_all()
             raise
+        with self._cond:
+            self._writing[tier] -= reserved  # the tier counts the object's bytes itself now
         self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
         with self._cond:
             self._signal("store", key, nbytes=meta.nbytes)
             self._storing = True  # the pump idles through a run of stores (captures first)
 
-    def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any]:
-        """Choose the tier a new value lands in and reserve room there (under the lock)."""
-        top = fits[0]
-        if not isinstance(self._tiers[top], MemoryTier):
-            return top, None
+    def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any, list[tuple[int, Record]]]:
+        """Choose the tier a new value lands in and make room there (under the lock).
+
+        Every tier makes room by the same rules, memory or persistent: evict clean copies,
+        then wait for drains in the first tier (``on_full="block"``) or try the next one
+        (``"spill"``; the last one waits). Returns the tier, the memory extent reserved
+        (``None`` in a persistent tier) and the files to delete before writing.
+        """
         spill = self._config.on_full == "spill"
-        extent = self._reserve(top, nbytes, wait=not spill, caller=True)
-        if extent is not None:
-            return top, extent
-        for i in fits[1:]:
-            if not isinstance(self._tiers[i], MemoryTier):
-                return i, None
-            extent = self._reserve(i, nbytes, wait=False)
-            if extent is not None:
-                return i, extent
+        for n, i in enumerate(fits):
+            wait = (n == 0 and not spill) or n == len(fits) - 1
+            if isinstance(self._tiers[i], MemoryTier):
+                extent = self._reserve(i, nbytes, wait=wait, caller=True)
+                if extent is not None:
+                    return i, extent, []
+                continue
+            doomed = self._room_persistent(i, nbytes, wait=wait)
+            if doomed is not None:
+                return i, None, doomed
         raise TierFullError(f"no tier has room for {format_size(nbytes)}")
 
     def _capture(self, key: Key, version: int, meta: ValueMeta, arrays: list[Any], tier: int,
@@ -190,9 +208,7 @@ class Cache(PrefetchEngine):
         CorruptDataError
             If every persistent copy fails verification (and no memory copy exists).
         """
-        self._check_open()
-        self._settle_returned()
-        self._raise_errors()
+        self._enter("revisit")
         key = canonical_key(key)
         into = None
         if out is not None and not copy:
@@ -363,8 +379,7 @@ class Cache(PrefetchEngine):
         ``rollback=True`` the keys (or, with none, the newest stored key) go first: the run
         is about to return to them.
         """
-        self._check_open()
-        self._raise_errors()
+        self._enter("hint")
         named = tuple(canonical_key(k) for k in keys)
         with self._cond:
             self._signal("rollback" if rollback else "hint", None, hints=named)
@@ -378,8 +393,7 @@ class Cache(PrefetchEngine):
         Its memory is free at once; its files are deleted in the background (:meth:`flush`
         and :meth:`close` wait for that).
         """
-        self._check_open()
-        self._settle_returned()
+        self._enter("discard")
         key = canonical_key(key)
         with self._cond:
             entry = self._lookup(key)
@@ -417,7 +431,7 @@ class Cache(PrefetchEngine):
                 concurrent.futures.wait(futures, timeout=remaining)
             if not futures and not self._settle_deletes(deadline):
                 raise TimeoutError("flush: deletions of discarded files still running")
-            self._raise_errors()  # after this round settled, so one flush reports once
+            self._raise_errors("flush", done=True)  # after this round settled: reported once
             if not futures:
                 return
 

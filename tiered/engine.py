@@ -33,6 +33,7 @@ from tiered.policies.base import (
     make_eviction,
     make_predictor,
 )
+from tiered.room import hopeless
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
@@ -42,6 +43,34 @@ from tiered.writeback import Pending
 log = logging.getLogger(__name__)
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Engine._horizon_keys)
 EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see _ahead_bytes)
+WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
+
+
+class TransferCancelledError(Exception):
+    """A transfer stopped before it began: its entry was discarded, or the cache closed."""
+
+
+class _Watch:
+    """Log, once, what a wait for room waits for when it passes :data:`WAIT_LOG_S`."""
+
+    def __init__(self, engine: EngineCore, tier: str, nbytes: int, caller: bool) -> None:
+        self._engine, self._tier, self._nbytes = engine, tier, nbytes
+        self._who = "a store" if caller else "a background transfer"
+        self._since = time.monotonic()
+        self._said = False
+
+    def log(self) -> None:
+        """Log what the wait is for, if it has lasted long enough and has not said so."""
+        waited = time.monotonic() - self._since
+        if self._said or waited < WAIT_LOG_S:
+            return
+        self._said = True
+        e = self._engine
+        drains = sum(entry.drain is not None for entry in e._index.values())
+        log.warning("%s has waited %.1f s for %s in %s: %d drains and %d deletions in flight "
+                    "can make room (full_timeout_s=%g)", self._who, waited,
+                    format_size(self._nbytes), self._tier, drains, e._deleting,
+                    e._config.full_timeout_s)
 
 
 def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
@@ -95,7 +124,7 @@ class EngineCore:
         self._cond = threading.Condition()
         self._index: dict[Key, Entry] = {}
         self._nbytes: dict[Key, int] = {}  # payload bytes per indexed key (forecast sizes)
-        self._errors: list[BaseException] = []
+        self._errors: list[tuple[BaseException, str, tuple[Key, ...]]] = []
         self._closed = False
         self._clock = 0.0
         self._next_version = 1
@@ -130,18 +159,42 @@ class EngineCore:
     def _home(self, nbytes: int) -> int:
         return max(i for i, t in enumerate(self._tiers) if t.fits(nbytes))
 
+    def _cancelled(self, entry: Entry | None) -> None:
+        """Raise :class:`TransferCancelledError` if a transfer's ``entry`` needs no room now."""
+        if entry is not None and (entry.gone or self._closed):
+            raise TransferCancelledError(f"transfer of {entry.key!r} cancelled: "
+                            + ("discarded" if entry.gone else "the cache closed"))
+
     def _check_open(self) -> None:
         if self._closed:
             raise CacheClosedError("the cache is closed")
 
-    def _raise_errors(self) -> None:
-        """Raise the first background error not yet reported (under no lock)."""
+    def _failed(self, exc: BaseException, what: str, keys: tuple[Key, ...]) -> None:
+        """Keep a background failure for the next call to raise (under the lock)."""
+        self._errors.append((exc, what, keys))
+        self._stats.background_errors += 1
+        self._cond.notify_all()
+
+    def _raise_errors(self, call: str, *, done: bool = False) -> None:
+        """Raise the background failures not yet reported, once (under no lock).
+
+        ``call`` names the public call; ``done`` says whether it did its own work first
+        (``flush``) or does nothing (every other call raises before its work).
+        """
         with self._cond:
             if not self._errors:
                 return
-            first, more, self._errors = self._errors[0], len(self._errors) - 1, []
-        also = f" (and {more} more)" if more else ""
-        raise BackgroundError(f"a background transfer failed: {first}{also}") from first
+            errors, self._errors = self._errors, []
+        keys = tuple(dict.fromkeys(k for _, _, ks in errors for k in ks))
+        first, what, _ = errors[0]
+        also = f" (and {len(errors) - 1} more failures)" if len(errors) > 1 else ""
+        outcome = ("its own work was done" if done else
+                   "it was not carried out: call it again")
+        raise BackgroundError(
+            f"{call}: background work failed before it: {what} failed: {first}{also}; keys "
+            f"concerned: {', '.join(map(repr, keys[:8]))}{' ...' if len(keys) > 8 else ''}. "
+            f"Their data stay in the tier above, not yet durable; {call} raised this once, "
+            f"and {outcome}", keys=keys) from first
 
     def _signal(self, signal: Signal, key: Key | None, *, nbytes: int = 0,
                 hints: tuple[Key, ...] = ()) -> None:
@@ -261,8 +314,8 @@ class EngineCore:
         except BaseException as exc:
             log.error("deleting %d discarded object(s) failed: %s", len(doomed), exc)
             with self._cond:
-                self._errors.append(exc)
-                self._stats.background_errors += 1
+                self._failed(exc, f"deleting {len(doomed)} discarded object(s)",
+                             tuple(record.key for _, record in doomed))
             raise
         finally:
             with self._cond:
@@ -330,17 +383,20 @@ class EngineCore:
                                          durable=durable, consumed=consumed)
 
     def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False,
-                 limit: float = -1.0) -> Any:
+                 limit: float = -1.0, entry: Entry | None = None) -> Any:
         """Reserve ``nbytes`` in memory tier ``tier``, evicting clean copies; maybe wait.
 
         Returns the extent, or ``None`` when ``wait`` is false and no room can be made.
-        Raises :class:`TierFullError` when waiting past ``full_timeout_s``. ``limit`` is
-        passed to :meth:`_evict_one`.
+        Raises :class:`TierFullError` at once when no wait can make room
+        (:func:`~tiered.room.hopeless`), or when waiting past ``full_timeout_s``;
+        :class:`TransferCancelledError` when ``entry`` (the one the room is for) is discarded or the
+        cache closes meanwhile. ``limit`` is passed to :meth:`_evict_one`.
         """
         t = self._tiers[tier]
         assert isinstance(t, MemoryTier)
         deadline = time.monotonic() + self._config.full_timeout_s
         waited = False
+        watch = _Watch(self, t.name, nbytes, caller)
         while True:
             extent = t.allocate(nbytes)
             if extent is not None:
@@ -357,6 +413,10 @@ class EngineCore:
                 waited = True
                 self._pending.widen(tier)  # lazy write-back: drains start too late here
             self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
+            self._cancelled(entry)
+            if reason := hopeless(self._tiers, self._resident, tier, nbytes):
+                raise TierFullError(reason)
+            watch.log()
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
                 raise TierFullError(
@@ -382,11 +442,13 @@ class EngineCore:
         """
         return min(EVICT_AHEAD * nbytes, (tier.capacity_bytes or 0) // 16)
 
-    def _room_persistent(self, tier: int, nbytes: int) -> list[tuple[int, Record]]:
+    def _room_persistent(self, tier: int, nbytes: int, *, wait: bool = True,
+                         entry: Entry | None = None) -> list[tuple[int, Record]] | None:
         """Choose clean copies to evict from a persistent tier so ``nbytes`` more fit.
 
-        Waits (bounded) for copies to become clean when none is yet. Returns the records
-        whose files the caller deletes, outside the lock, before it writes.
+        Waits (bounded) for copies to become clean when none is yet, as :meth:`_reserve`
+        does (and raises as it does); without ``wait`` returns ``None`` instead. Returns
+        the records whose files the caller deletes, outside the lock, before it writes.
         """
         t = self._tiers[tier]
         assert isinstance(t, PersistentTier)
@@ -394,6 +456,7 @@ class EngineCore:
         freed = 0
         need = t.footprint(nbytes)
         deadline = time.monotonic() + self._config.full_timeout_s
+        watch = _Watch(self, t.name, nbytes, entry is None)
         while (t.capacity_bytes is not None
                and t.used_bytes + self._writing[tier] - freed + need > t.capacity_bytes):
             record = self._evict_one(tier, nbytes)
@@ -401,6 +464,13 @@ class EngineCore:
                 doomed.append((tier, record))
                 freed += record.file_bytes
                 continue
+            if not wait:
+                self._delete(doomed)  # what went had a verified copy below: still room made
+                return None
+            self._cancelled(entry)
+            if reason := hopeless(self._tiers, self._resident, tier, nbytes):
+                raise TierFullError(reason)
+            watch.log()
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._closed:
                 raise TierFullError(f"{t.name}: no room for {format_size(need)} after "
@@ -439,13 +509,17 @@ class EngineCore:
     def _run_drain(self, entry: Entry, dst: int) -> None:
         try:
             self._drain(entry, dst)
-        except BaseException as exc:
-            log.error("drain of %r into %s failed: %s", entry.key, self._tiers[dst].name, exc)
+        except TransferCancelledError as exc:  # nothing to report: nobody wants this copy any more
+            log.debug("%s", exc)
             with self._cond:
                 entry.drain = None
-                self._errors.append(exc)
-                self._stats.background_errors += 1
                 self._cond.notify_all()
+        except BaseException as exc:
+            what = f"drain of {entry.key!r} into {self._tiers[dst].name}"
+            log.error("%s failed: %s", what, exc)
+            with self._cond:
+                entry.drain = None
+                self._failed(exc, what, (entry.key,))
             raise
 
     def _drain(self, entry: Entry, dst: int) -> None:
@@ -462,9 +536,9 @@ class EngineCore:
             try:
                 t = self._tiers[dst]
                 if isinstance(t, MemoryTier):
-                    extent = self._reserve(dst, nbytes, wait=True)
+                    extent = self._reserve(dst, nbytes, wait=True, entry=entry)
                 else:
-                    doomed = self._room_persistent(dst, nbytes)
+                    doomed = self._room_persistent(dst, nbytes, entry=entry) or []
                     reserved = t.footprint(nbytes)
                     self._writing[dst] += reserved
             except BaseException:

@@ -38,7 +38,22 @@ class UnknownKeyError(TieredError, KeyError):
 
 
 class BackgroundError(TieredError, IOError):
-    """A background transfer failed; raised at the next call into the cache."""
+    """Background work failed; raised once, at the start of the next call into the cache.
+
+    That call does nothing else (``flush`` excepted, which has waited for its transfers
+    first); repeat it. The data of a failed drain stay, dirty, in the tier above.
+
+    Parameters
+    ----------
+    message : str
+        What failed, the keys concerned, and whether the call that raised it was carried out.
+    keys : tuple, optional
+        The canonical keys concerned.
+    """
+
+    def __init__(self, message: str, *, keys: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = keys
 
 
 class CacheClosedError(TieredError, RuntimeError):
