@@ -290,7 +290,7 @@ class EngineCore:
         """Delete persistent records: on the delete lane, or here when ``now``.
 
         ``now`` is for room a write is about to need; otherwise the caller does not wait
-        for the unlink (about 1 ms a file on ext4). Paths carry the version, so a pending
+        for the unlink (a metadata operation per file). Paths carry the version, so a pending
         deletion never touches a newer store of the same key.
         """
         if not doomed:

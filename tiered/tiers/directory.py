@@ -99,8 +99,8 @@ class DirectoryTier(PersistentTier):
         See :class:`~tiered.tiers.base.PersistentTier`.
     writers : int, optional
         Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
-        ``drop_pages``: a device with several writes in flight took 0.63–0.67 GiB/s here
-        against 0.32–0.34 GiB/s one at a time); otherwise half the cores, 1 to 4
+        ``drop_pages``: a device keeps several writes in flight faster than one); otherwise
+        half the cores, 1 to 4
         (:func:`~tiered.tiers.base.spare_cores`: writes into the page cache are CPU work,
         which on a 2-core machine would only contend with the caller's).
     readers : int, optional
@@ -123,22 +123,16 @@ class DirectoryTier(PersistentTier):
         no read-ahead to ask for). Falls back to buffered I/O, with a warning, where the
         file system refuses direct I/O, and for buffers that are not page-aligned.
         Durability is unchanged: ``sync`` still fsyncs every object. Default ``False``.
+        What it measured: ``docs/benchmarks.md``.
     spares : int
         Deleted object files kept, emptied, to write later objects into (default 256; 0
-        deletes them). A file system pays for every new file: ext4 spent 0.8–1.0 ms of CPU
-        per 1 MiB file created here while many files had just been deleted (it skips
-        recently freed inodes), against 0.15–0.2 ms after a minute's rest, and a parallel
-        file system's metadata server is slower still. Reusing a file skips that. Spares
+        deletes them). A file system pays for every new file (ext4 skips recently freed
+        inodes, so creating files right after deleting many costs more; a parallel file
+        system's metadata server more still); reusing a file skips that. Spares
         hold no data blocks; they are removed at ``close`` and, after a crash, when the
         directory is next opened. Only where objects reach the device as they are written
         (``direct``, ``sync`` or ``drop_pages``): ext4 writes back a file rewritten after a
         truncation as soon as it is closed, so a buffered scratch tier unlinks instead.
-
-    Notes
-    -----
-    Measured here (ext4 on a virtio disk, 1 MiB objects): a writer thread with direct I/O
-    moved 1.1–1.2 GB/s against 0.8–1.0 GB/s for ``write`` + ``fsync`` + dropping the pages,
-    reads 1.4–1.6 against 1.1–1.2 GB/s, and slowed a stencil loop on the other core less.
     """
 
     suffix = ".tdat"

@@ -166,7 +166,7 @@ class HostTier(MemoryTier):
     a page fault (a fresh allocation copies 4–6× slower on this kind of machine). With
     ``prefault="background"`` (from 16 MiB up, on Linux 5.14 or later) a background thread
     does it instead, from the buffer's start (``MADV_POPULATE_WRITE``, which writes
-    nothing), so construction returns at once instead of after ≈ 0.4 s per GiB; a capture
+    nothing), so construction returns at once instead of after faulting every page; a capture
     that reaches a page first faults it in itself. The work is the same, beside the caller
     instead of before it. A page-locked buffer is always faulted in at construction.
 
@@ -179,8 +179,9 @@ class HostTier(MemoryTier):
     capacity : int or str
         Bytes, or a string such as ``"4GiB"``.
     prefault : bool or "background"
-        Fault the buffer in at construction (about 0.4 s per GiB here), or in a background
-        thread (see above), or not at all (``False``: each page faults on first use).
+        Fault the buffer in at construction (it takes longer the larger the capacity), or in
+        a background thread (see above), or not at all (``False``: each page faults on
+        first use).
     pinned : bool or None
         Page-lock the buffer for CUDA copies. ``None`` (default): when torch is already
         imported and sees a CUDA device. ``True``: always (``TieredError`` without CUDA).

@@ -1,10 +1,10 @@
 """A pool of emptied object files a directory tier writes later objects into.
 
 A file system charges for every new file: ext4 searches for a free inode and skips those
-freed in the last minute, so creating files right after deleting many costs 0.8–1.0 ms of
-CPU each here (0.15–0.2 ms after a minute's rest); a parallel file system's metadata
-server charges more. A deleted object's file, renamed aside and truncated, is a spare: the
-next object is written into it, and no inode is allocated or freed.
+freed in the last minute, so creating files right after deleting many costs several times
+more CPU than after a rest; a parallel file system's metadata server charges more. A
+deleted object's file, renamed aside and truncated, is a spare: the next object is written
+into it, and no inode is allocated or freed.
 
 Thread-safe. Owned by one process: a forked child starts with an empty pool (the files it
 inherited by name belong to its parent).
