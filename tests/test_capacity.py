@@ -288,3 +288,42 @@ def test_clean_sets_follow_every_change(tmp_path):
             want = _clean_from_scratch(cache)
         assert got == want
     cache.close()
+
+
+@pytest.mark.parametrize("write_back", ["eager", "lazy"])
+def test_room_that_can_still_come_is_waited_for_not_refused(tmp_path, write_back):
+    # what fills the directory is counted at its files' real size: a 1 MiB directory takes
+    # far more 4 KiB objects than 1 MiB / (4 KiB + the room reserved while one is written)
+    directory = tiered.DirectoryTier(tmp_path / "bb", capacity=MiB)
+    cache = tiered.Cache([tiered.HostTier(64 << 10), directory], write_back=write_back,
+                         full_timeout_s=30)
+    values = {i: np.full(4096, i % 251, np.uint8) for i in range(200)}
+    for i, v in values.items():
+        cache.store(i, v)
+    cache.flush()
+    for i, v in values.items():
+        np.testing.assert_array_equal(cache.revisit(i), v)
+    cache.close()
+
+
+def test_a_refused_store_deletes_what_it_evicted(tmp_path):
+    a = tiered.DirectoryTier(tmp_path / "a", capacity=10 * MiB, name="a", spares=0)
+    b = tiered.DirectoryTier(tmp_path / "b", capacity=2 * MiB, name="b")
+    cache = tiered.Cache([a, b], full_timeout_s=30)
+    for i in range(3):
+        cache.store(("small", i), np.zeros(MiB // 2, np.uint8))
+    cache.flush()  # home in b, copies in a: evictable there
+    for i in range(2):
+        cache.store(("big", i), np.zeros(3 * MiB, np.uint8))  # too big for b: home in a
+    with pytest.raises(tiered.TierFullError, match="can ever come"):
+        cache.store("huge", np.zeros(4 * MiB, np.uint8))  # evicts the small ones, then fails
+    cache.flush()
+    held = {k for k in cache.keys() if "a" in cache.locate(k)}
+    assert held == {("big", 0), ("big", 1)}
+    assert len(object_files(tmp_path / "a")) == len(held)  # no file left behind unindexed
+    for i in range(2):
+        cache.discard(("big", i))
+    cache.flush()
+    assert a.used_bytes == 0
+    cache.store("nine", np.zeros(9 * MiB, np.uint8))  # the room is all there again
+    cache.close()

@@ -16,27 +16,45 @@ from tiered.sizes import format_size
 from tiered.tiers.base import Tier
 
 
-def next_tier(tiers: Sequence[Tier], entry: Entry) -> int:
-    """Return the tier a dirty ``entry`` drains into next."""
-    return next(i for i in range(max(entry.copies) + 1, entry.home + 1)
-                if tiers[i].fits(entry.meta.nbytes))
+def next_tier(tiers: Sequence[Tier], entry: Entry) -> int | None:
+    """Return the tier a dirty ``entry`` drains into next (``None``: none can take it)."""
+    return next((i for i in range(max(entry.copies) + 1, entry.home + 1)
+                 if tiers[i].fits(entry.meta.nbytes)), None)
+
+
+def held_bytes(tier: Tier, entry: Entry, index: int) -> int:
+    """Return the capacity ``entry``'s copy in tier ``index`` really takes there.
+
+    A persistent tier counts an object's file (its record's size), a memory tier the
+    page-rounded extent: the units each tier's ``used_bytes`` counts in.
+    """
+    copy = entry.copies[index]
+    if copy.record is not None:
+        return copy.record.file_bytes
+    return tier.footprint(entry.meta.nbytes)
 
 
 def stuck_bytes(tiers: Sequence[Tier], resident: Sequence[Mapping[Key, Entry]]) -> list[int]:
-    """Return, per tier, the bytes held by copies that no wait will move out."""
+    """Return, per tier, the bytes held by copies that no wait will move out.
+
+    Copies of discarded entries, copies with a copy below (evictable once unpinned) and
+    copies whose drain is under way are not stuck.
+    """
     stuck = [0] * len(tiers)
     for tier in reversed(range(len(tiers))):  # deepest first: a drain's target is known
         t = tiers[tier]
         for entry in resident[tier].values():
-            if entry.gone or max(entry.copies) != tier:
-                continue  # discarded (freed once unpinned), or evictable once unpinned
-            n = entry.meta.nbytes
-            if entry.home == tier or _full(tiers, stuck, next_tier(tiers, entry), n):
-                stuck[tier] += t.footprint(n)
+            if entry.gone or entry.drain is not None or max(entry.copies) != tier:
+                continue
+            if entry.home == tier or _full(tiers, stuck, next_tier(tiers, entry),
+                                           entry.meta.nbytes):
+                stuck[tier] += held_bytes(t, entry, tier)
     return stuck
 
 
-def _full(tiers: Sequence[Tier], stuck: list[int], tier: int, nbytes: int) -> bool:
+def _full(tiers: Sequence[Tier], stuck: list[int], tier: int | None, nbytes: int) -> bool:
+    if tier is None:  # no tier below takes it (a cache reopened with smaller tiers)
+        return True
     capacity = tiers[tier].capacity_bytes
     return capacity is not None and capacity - stuck[tier] < tiers[tier].footprint(nbytes)
 
