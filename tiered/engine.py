@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Engine._horizon_keys)
 EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see _ahead_bytes)
 WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
+HOPELESS_EVERY_S = 0.05  # a waiter asks again at most this often whether room can come
 
 
 class TransferCancelledError(Exception):
@@ -58,6 +59,19 @@ class _Watch:
         self._who = "a store" if caller else "a background transfer"
         self._since = time.monotonic()
         self._said = False
+        self._checked = -1.0
+
+    def due_check(self) -> bool:
+        """Whether to ask :func:`~tiered.room.hopeless` now.
+
+        At once, then at most every :data:`HOPELESS_EVERY_S`: it walks every copy, and
+        every finished drain wakes a waiter.
+        """
+        now = time.monotonic()
+        if self._checked >= 0 and now - self._checked < HOPELESS_EVERY_S:
+            return False
+        self._checked = now
+        return True
 
     def log(self) -> None:
         """Log what the wait is for, if it has lasted long enough and has not said so."""
@@ -414,7 +428,8 @@ class EngineCore:
                 self._pending.widen(tier)  # lazy write-back: drains start too late here
             self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
             self._cancelled(entry)
-            if reason := hopeless(self._tiers, self._resident, tier, nbytes):
+            if watch.due_check() and (reason := hopeless(self._tiers, self._resident, tier,
+                                                         nbytes)):
                 raise TierFullError(reason)
             watch.log()
             remaining = deadline - time.monotonic()
@@ -448,7 +463,9 @@ class EngineCore:
 
         Waits (bounded) for copies to become clean when none is yet, as :meth:`_reserve`
         does (and raises as it does); without ``wait`` returns ``None`` instead. Returns
-        the records whose files the caller deletes, outside the lock, before it writes.
+        the records whose files the caller deletes, outside the lock, before it writes;
+        when it raises or returns ``None``, it has queued their deletion itself (what went
+        had a verified copy below).
         """
         t = self._tiers[tier]
         assert isinstance(t, PersistentTier)
@@ -457,27 +474,38 @@ class EngineCore:
         need = t.footprint(nbytes)
         deadline = time.monotonic() + self._config.full_timeout_s
         watch = _Watch(self, t.name, nbytes, entry is None)
-        while (t.capacity_bytes is not None
-               and t.used_bytes + self._writing[tier] - freed + need > t.capacity_bytes):
-            record = self._evict_one(tier, nbytes)
-            if isinstance(record, Record):
-                doomed.append((tier, record))
-                freed += record.file_bytes
-                continue
-            if not wait:
-                self._delete(doomed)  # what went had a verified copy below: still room made
-                return None
-            self._cancelled(entry)
-            if reason := hopeless(self._tiers, self._resident, tier, nbytes):
-                raise TierFullError(reason)
-            watch.log()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed:
-                raise TierFullError(f"{t.name}: no room for {format_size(need)} after "
-                                    f"{self._config.full_timeout_s:g} s (everything there is "
-                                    "dirty or in use)")
-            self._cond.wait(min(remaining, 1.0))
+        try:
+            while (t.capacity_bytes is not None
+                   and t.used_bytes + self._writing[tier] - freed + need > t.capacity_bytes):
+                record = self._evict_one(tier, nbytes)
+                if isinstance(record, Record):
+                    doomed.append((tier, record))
+                    freed += record.file_bytes
+                    continue
+                if not wait:
+                    self._delete(doomed)
+                    return None
+                self._await_room(tier, nbytes, deadline, watch, entry)
+        except BaseException:
+            self._delete(doomed)
+            raise
         return doomed
+
+    def _await_room(self, tier: int, nbytes: int, deadline: float, watch: _Watch,
+                    entry: Entry | None) -> None:
+        """Wait once for room in ``tier`` (under the lock), or raise why none will come."""
+        t = self._tiers[tier]
+        self._cancelled(entry)
+        if watch.due_check() and (reason := hopeless(self._tiers, self._resident, tier,
+                                                     nbytes)):
+            raise TierFullError(reason)
+        watch.log()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or self._closed:
+            raise TierFullError(f"{t.name}: no room for {format_size(t.footprint(nbytes))} "
+                                f"after {self._config.full_timeout_s:g} s (everything there "
+                                "is dirty or in use)")
+        self._cond.wait(min(remaining, 1.0))
 
     # ----------------------------------------------------------------- drains
     def _dirtied(self, entry: Entry) -> None:
