@@ -110,9 +110,9 @@ class Checkpointer:
             If neither ``step`` nor a lower step to recompute it from is stored.
         """
         _check_step(step)
-        if not self._backward:
-            self._backward = True
+        if not self._backward:  # set once the hint went through (it may raise first)
             self.cache.hint([self.key(s) for s in reversed(self._order)])
+            self._backward = True
         if self._position(step) is None:
             self._recompute_to(step, recompute)
         value = self.cache.revisit(self.key(step), out=out, copy=copy)
@@ -143,9 +143,9 @@ class Checkpointer:
     def discard(self, step: int) -> None:
         """Forget the state at ``step`` now (its space is freed in every tier)."""
         at = self._position(step)
-        if at is not None:
-            del self._order[at]
+        if at is not None:  # the cache first: if it raises, the step is still held here
             self.cache.discard(self.key(step))
+            del self._order[at]
 
     def _position(self, step: int) -> int | None:
         """Where ``step`` is in the stored steps, or ``None`` if it is not held."""

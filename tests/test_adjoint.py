@@ -259,3 +259,88 @@ def test_pyrevolve_storage_round_trip(tmp_path: Path) -> None:
         stats = cache.stats()
     np.testing.assert_array_equal(mine.adj, plain.adj)
     assert stats.stores >= 4 and stats.revisits >= 4
+
+
+class _FailingDirectory(tiered.DirectoryTier):
+    """A real directory tier whose writes fail once ``fail`` is set (a full disk)."""
+
+    fail = False
+
+    def put(self, *args: Any, **kw: Any) -> Any:
+        if self.fail:
+            raise OSError(28, "No space left on device")
+        return super().put(*args, **kw)
+
+
+def test_a_background_error_leaves_the_checkpointer_and_cache_agreeing(
+        tmp_path: Path) -> None:
+    """The cache's discard raises first and does nothing: the adapter keeps the step too."""
+    directory = _FailingDirectory(tmp_path / "bb")
+    cache = tiered.Cache([tiered.HostTier("8MiB"), directory])
+    ckpt = Checkpointer(cache)
+    for s in range(4):
+        ckpt.store(s, np.full(1000, float(s)))
+    cache.flush()
+    directory.fail = True
+    ckpt.store(4, np.full(1000, 4.0))  # its drain fails in the background
+    deadline = time.monotonic() + 10
+    while cache.stats().background_errors == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(tiered.BackgroundError):
+        ckpt.revisit(4)  # the hint raises it: nothing else happened
+    assert ckpt.stored_steps == [0, 1, 2, 3, 4]
+    value = ckpt.revisit(4)  # the hint goes through now; the revisit and discard too
+    np.testing.assert_array_equal(value, np.full(1000, 4.0))
+    assert ckpt.stored_steps == [0, 1, 2, 3] and len(cache) == 4
+    ckpt.store(4, np.full(1000, 4.5))  # fails to drain again
+    deadline = time.monotonic() + 10
+    while cache.stats().background_errors < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(tiered.BackgroundError):
+        ckpt.discard(3)  # raised by the cache's discard, which did nothing
+    assert ckpt.stored_steps == [0, 1, 2, 3, 4] and len(cache) == 5
+    ckpt.discard(3)
+    assert ckpt.stored_steps == [0, 1, 2, 4] and len(cache) == 4
+    cache.close(drain=False)
+
+
+def test_use_tiered_keeps_a_compressors_own_metadata(tmp_path: Path) -> None:
+    """A compressor that records more than shape and dtype (blosc: its chunk sizes)."""
+    import zlib
+
+    pyrevolve = pytest.importorskip("pyrevolve", reason="needs tiered[adjoint]")
+    from adjoint_models import Solver
+    from pyrevolve.compression import CompressedObject
+    from tiered.adapters.revolve import use_tiered
+
+    chunk = 1000
+
+    def compress(params: Any, data: np.ndarray) -> Any:
+        raw = np.ascontiguousarray(data).tobytes()
+        parts = [zlib.compress(raw[i:i + chunk]) for i in range(0, len(raw), chunk)]
+        return CompressedObject(b"".join(parts), metadata={
+            "shape": data.shape, "dtype": data.dtype, "chunks": [len(p) for p in parts]})
+
+    def decompress(params: Any, obj: Any) -> np.ndarray:
+        out, at = b"", 0
+        for n in obj.metadata["chunks"]:
+            out += zlib.decompress(bytes(obj.data[at:at + n]))
+            at += n
+        return np.frombuffer(out, dtype=obj.dtype).reshape(obj.shape)
+
+    params = {"scheme": "custom", "compressor": compress, "decompressor": decompress}
+    runs = []
+    for through_tiered in (False, True):
+        solver = Solver(pad=64)
+        revolver = pyrevolve.Revolver(*solver.pyrevolve_parts(), 3, 10,
+                                      compression_params=params)
+        with tiered.Cache([tiered.HostTier("4MiB"), tiered.DirectoryTier(tmp_path / "bb")],
+                          prefetch="reverse") as cache:
+            if through_tiered:
+                use_tiered(revolver, cache)
+            revolver.apply_forward()
+            revolver.apply_reverse()
+        runs.append(solver.adj)
+    np.testing.assert_array_equal(runs[1], runs[0])
