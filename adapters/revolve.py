@@ -13,6 +13,7 @@ solver's checkpoints drain to disk in the background and come back from the fast
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -84,18 +85,21 @@ def revolve_storage(cache: Cache, size_ckp: int, n_ckp: int, dtype: Any, *,
 
 
 def _pack(compressed: Any) -> dict[str, Any]:
-    """Turn a pyrevolve ``CompressedObject`` into a value the cache stores."""
+    """Turn a pyrevolve ``CompressedObject`` into a value the cache stores.
+
+    Its metadata (shape, dtype and whatever the compressor adds, such as blosc's chunk
+    sizes) is kept whole, pickled as pyrevolve's own byte storage keeps it.
+    """
     return {"data": np.frombuffer(compressed.data, dtype=np.uint8),
-            "shape": [int(n) for n in compressed.shape],
-            "dtype": np.dtype(compressed.dtype).str}
+            "metadata": np.frombuffer(compressed.pickled_metadata, dtype=np.uint8)}
 
 
 def _unpack(value: dict[str, Any]) -> Any:
     """Invert :func:`_pack` (the decompressor gets the object pyrevolve's own would)."""
     from pyrevolve.compression import CompressedObject
 
-    return CompressedObject(value["data"].tobytes(), shape=tuple(value["shape"]),
-                            dtype=np.dtype(value["dtype"]))
+    return CompressedObject(value["data"].tobytes(),
+                            metadata=pickle.loads(value["metadata"].tobytes()))
 
 
 def use_tiered(revolver: Any, cache: Cache, *, name: str = "pyrevolve") -> list[Any]:
