@@ -122,6 +122,13 @@ def test_tables_fit_100_columns_and_name_what_they_leave_out() -> None:
     assert all(len(line) <= 100 for line in text.splitlines())
     assert "column_0" in text.splitlines()[0] and "column_29" in text.splitlines()[-1]
     assert "in the JSON too" in text
+    assert table([], ["a", "bb"]) == "a  bb"
+
+
+def test_revisit_trace_with_plot_is_refused_before_running(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "revisit", "--trace", "--plot", "x.png"]) == 2
+    assert "--trace" in capsys.readouterr().err
 
 
 def test_bench_revisit_plot_writes_a_png(tmp_path: Path) -> None:

@@ -211,6 +211,10 @@ def _adjoint(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any],
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if getattr(args, "plot", None) is not None and getattr(args, "trace", False):
+        print("tiered bench revisit: --plot draws the stall per step, which --trace does not "
+              "measure", file=sys.stderr)
+        return 2
     from tiered.bench import capture, drain, interference
     from tiered.bench.common import save_json
 
@@ -259,9 +263,6 @@ def _bench(args: argparse.Namespace) -> int:
     if getattr(args, "plot", None) is not None:
         from tiered.bench import plots
 
-        if args.bench == "revisit" and args.trace:
-            print("--plot: the trace replay has no stall per step to draw", file=sys.stderr)
-            return 2
         print(f"wrote {getattr(plots, args.bench)(rows, args.plot)}")
     return 0
 

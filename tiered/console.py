@@ -50,7 +50,7 @@ def table(rows: list[dict[str, Any]], columns: list[str], *, width: int = WIDTH)
     field is in the JSON a benchmark writes).
     """
     cells = {c: [_cell(r.get(c)) for r in rows] for c in columns}
-    widths = {c: max(len(c), *map(len, cells[c])) for c in columns}
+    widths = {c: max([len(c), *map(len, cells[c])]) for c in columns}
     shown = list(columns)
     while len(shown) > 1 and sum(widths[c] for c in shown) + 2 * (len(shown) - 1) > width:
         shown.pop()

@@ -67,7 +67,14 @@ def _under_tiered(fn: Callable[[], None], hdf5: bool, root: Path,
     for i, v in enumerate(values):
         cache.store(i, v)
     total = sum(v.nbytes for v in values)
-    times = _while(lambda: cache.stats().tiers[tier.name].bytes_in < total, fn)
+
+    def draining() -> bool:
+        stats = cache.stats()
+        if stats.background_errors:
+            raise RuntimeError(f"the drain into {tier.name} failed: see the log")
+        return stats.tiers[tier.name].bytes_in < total
+
+    times = _while(draining, fn)
     cache.close()
     return times
 
