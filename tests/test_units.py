@@ -235,3 +235,10 @@ def test_a_lane_used_before_a_fork_works_in_the_child():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         lane.shutdown(cancel=False)
+
+
+def test_a_full_tier_is_not_a_memory_error():
+    import tiered
+
+    assert issubclass(tiered.TierFullError, tiered.TieredError)
+    assert not issubclass(tiered.TierFullError, MemoryError)  # the process has memory left

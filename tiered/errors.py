@@ -7,8 +7,12 @@ class TieredError(Exception):
     """Root of every error raised by tiered."""
 
 
-class TierFullError(TieredError, MemoryError):
-    """No tier could make room for a value (within the configured timeout)."""
+class TierFullError(TieredError):
+    """No tier can make room for a value: none came in time, or none ever can.
+
+    Not a ``MemoryError``: the process has memory left; a tier's capacity, which the user
+    chose, is what ran out.
+    """
 
 
 class CorruptDataError(TieredError, IOError):

@@ -47,6 +47,7 @@ FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
 SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to write into again
 SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
+Offsets = tuple[int | None, ...] | None  # where each leaf starts in a file, if not implied
 MANIFEST_SLACK = 64 * 1024  # room reserved per object beyond its payload (a tier may say less)
 LANE_PREFIX = "tiered-"  # background lane threads are named so
 _PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
@@ -174,7 +175,7 @@ class Record:
     checksums: tuple[int, ...]
     path: Path
     file_bytes: int
-    offsets: tuple[int | None, ...] | None = None  # where each leaf starts, if not implied
+    offsets: Offsets = None  # where each leaf starts, if not implied
 
 
 @dataclasses.dataclass
@@ -340,16 +341,14 @@ class PersistentTier(Tier):
         tmp = self._temp_path()
         final = self.path_for(key, version)
         try:
-            size = self._write_file(tmp, manifest, meta, region)
+            size, offsets = self._write_file(tmp, manifest, meta, region)
             os.replace(tmp, final)
         except BaseException:
             unlink_quietly(tmp)
             raise
         if self.sync:
             fsync_dir(self.root)
-        offsets = manifest.get("_offsets")
-        record = Record(key, version, meta, checksums, final, size,
-                        None if offsets is None else tuple(offsets))
+        record = Record(key, version, meta, checksums, final, size, offsets)
         with self._lock:
             self._used += record.file_bytes
         return record
@@ -457,7 +456,7 @@ class PersistentTier(Tier):
     def _scan_one(self, path: Path, newest: dict[Key, Record], problems: list[str],
                   repair: bool) -> None:
         try:
-            record = self._record_from(path, self._read_manifest(path))
+            record = self._record_from(path, *self._read_manifest(path))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
             return
@@ -472,7 +471,7 @@ class PersistentTier(Tier):
         newest[record.key] = record
 
     @staticmethod
-    def _record_from(path: Path, manifest: dict[str, Any]) -> Record:
+    def _record_from(path: Path, manifest: dict[str, Any], offsets: Offsets) -> Record:
         if manifest.get("format") != FORMAT:
             raise ValueError(f"unknown format {manifest.get('format')!r}")
         check_algorithm(manifest["checksum"]["algorithm"])
@@ -480,9 +479,8 @@ class PersistentTier(Tier):
         sums = tuple(int(c) for c in manifest["checksum"]["leaves"])
         if len(sums) != len(meta.leaves):
             raise ValueError("checksum count does not match leaf count")
-        offsets = manifest.get("_offsets")
         return Record(key_from_json(manifest["key"]), int(manifest["version"]), meta, sums,
-                      path, path.stat().st_size, None if offsets is None else tuple(offsets))
+                      path, path.stat().st_size, offsets)
 
     @staticmethod
     def encode_manifest(manifest: dict[str, Any]) -> bytes:
@@ -491,15 +489,16 @@ class PersistentTier(Tier):
 
     @abc.abstractmethod
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> int:
-        """Write payload and manifest (manifest last) to ``tmp``; return the file's size.
+                    region: np.ndarray) -> tuple[int, Offsets]:
+        """Write payload and manifest (manifest last) to ``tmp``.
 
-        Ends with :meth:`sync_file` on the open file.
+        Returns the file's size and where each leaf starts in it (``None`` where the layout
+        implies it). Ends with :meth:`sync_file` on the open file.
         """
 
     @abc.abstractmethod
-    def _read_manifest(self, path: Path) -> dict[str, Any]:
-        """Return the manifest of a committed file; raise ``ValueError`` if damaged."""
+    def _read_manifest(self, path: Path) -> tuple[dict[str, Any], Offsets]:
+        """Return a committed file's manifest and leaf offsets; ``ValueError`` if damaged."""
 
     @abc.abstractmethod
     def _read_payload(self, record: Record, region: np.ndarray) -> None:

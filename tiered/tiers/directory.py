@@ -26,6 +26,7 @@ from tiered.errors import CorruptDataError
 from tiered.tiers.base import (
     SPARE_KIND,
     SPARE_PREFIX,
+    Offsets,
     PersistentTier,
     Record,
     pread_into,
@@ -209,7 +210,7 @@ class DirectoryTier(PersistentTier):
             unlink_quietly(spare)
 
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> int:
+                    region: np.ndarray) -> tuple[int, Offsets]:
         text = self.encode_manifest(manifest)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
@@ -218,7 +219,7 @@ class DirectoryTier(PersistentTier):
         fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | reuse, region)
         try:
             if cut:
-                return self._write_direct(fd, region, runs, cut, text)
+                return self._write_direct(fd, region, runs, cut, text), None
             tail = text + _FOOTER.pack(len(text), checksum(text), MAGIC)
             last = runs.pop() if runs and runs[-1][1] == meta.nbytes else None
             for start, stop in runs:
@@ -230,7 +231,7 @@ class DirectoryTier(PersistentTier):
             self.sync_file(fd)
         finally:
             os.close(fd)
-        return meta.nbytes + len(tail)
+        return meta.nbytes + len(tail), None  # the payload starts the file
 
     def _direct_cut(self, region: np.ndarray) -> int:
         """Return the payload bytes to move with direct I/O (0: none).
@@ -296,7 +297,7 @@ class DirectoryTier(PersistentTier):
         if not self.direct:
             super().advise(record)
 
-    def _read_manifest(self, path: Path) -> dict[str, Any]:
+    def _read_manifest(self, path: Path) -> tuple[dict[str, Any], Offsets]:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size < _FOOTER.size:
@@ -312,7 +313,7 @@ class DirectoryTier(PersistentTier):
         manifest: dict[str, Any] = json.loads(text)
         if int(manifest["meta"]["nbytes"]) + length + _FOOTER.size != size:
             raise ValueError("file size does not match its manifest")
-        return manifest
+        return manifest, None  # the payload starts the file: offsets are implied
 
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
         region = region.reshape(-1).view(np.uint8)  # a view: regions are contiguous

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.tiers.base import PersistentTier, Record, pread_into, pwrite_all
+from tiered.tiers.base import Offsets, PersistentTier, Record, pread_into, pwrite_all
 from tiered.values import LeafInfo, ValueMeta
 
 MANIFEST = "tiered_manifest"
@@ -82,7 +82,7 @@ class HDF5Tier(PersistentTier):
         return None if offset is None else int(offset)
 
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> int:
+                    region: np.ndarray) -> tuple[int, Offsets]:
         h5py = self._h5py
         with h5py.File(tmp, "w", alignment_threshold=65536, alignment_interval=4096) as f:
             group = f.create_group("leaves")
@@ -97,10 +97,9 @@ class HDF5Tier(PersistentTier):
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        manifest["_offsets"] = offsets
-        return size
+        return size, tuple(offsets)
 
-    def _read_manifest(self, path: Path) -> dict[str, Any]:
+    def _read_manifest(self, path: Path) -> tuple[dict[str, Any], Offsets]:
         try:
             with self._h5py.File(path, "r") as f:
                 manifest: dict[str, Any] = json.loads(f[MANIFEST][()].decode())
@@ -109,13 +108,13 @@ class HDF5Tier(PersistentTier):
                            for i in range(len(manifest["meta"]["leaves"]))]
         except (OSError, KeyError) as exc:
             raise ValueError(f"not a readable tiered HDF5 object: {exc}") from exc
-        manifest["_offsets"] = offsets
-        return manifest
+        return manifest, tuple(offsets)
 
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
         offsets = record.offsets
         if offsets is None:
-            offsets = self._read_manifest(record.path)["_offsets"]
+            offsets = self._read_manifest(record.path)[1]
+        assert offsets is not None  # every HDF5 object's leaves have offsets
         fd = os.open(record.path, os.O_RDONLY)
         try:
             for leaf, offset in zip(record.meta.leaves, offsets, strict=True):
