@@ -237,6 +237,23 @@ def test_a_lane_used_before_a_fork_works_in_the_child():
         lane.shutdown(cancel=False)
 
 
+def test_hdf5_tier_returns_leaf_offsets_explicitly(tmp_path):
+    pytest.importorskip("h5py", reason="needs tiered[hdf5]")
+    import tiered
+    from tiered.values import flatten
+
+    tier = tiered.HDF5Tier(tmp_path)
+    meta, arrays = flatten({"a": np.arange(4.0), "b": np.ones(3, np.int32)})
+    region = np.zeros(meta.nbytes, np.uint8)
+    from tiered.payload import write_leaves
+
+    write_leaves(region, meta, arrays)
+    record = tier.put("k", 1, meta, region, (0, 0))
+    assert record.offsets is not None and len(record.offsets) == 2
+    manifest, offsets = tier._read_manifest(record.path)
+    assert offsets == record.offsets and "_offsets" not in manifest
+
+
 def test_a_full_tier_is_not_a_memory_error():
     import tiered
 
