@@ -24,7 +24,6 @@ from tiered.checksum import checksum
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
 from tiered.tiers.base import (
     LANE_PREFIX,
-    MemoryTier,
     PersistentTier,
     Record,
     cuda_torch,
@@ -215,8 +214,3 @@ def read_persistent(tier: PersistentTier, record: Record, dst: Any) -> None:
     else:
         tier.get_into(record, dst)
 
-
-def region_of(tier: Any, copy_extent: Any, nbytes: int) -> Any:
-    """Return the region of an extent in a memory tier."""
-    assert isinstance(tier, MemoryTier)
-    return tier.region(copy_extent, nbytes)
