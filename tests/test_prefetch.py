@@ -391,3 +391,31 @@ def test_forecast_looks_a_bounded_number_of_keys_ahead(tmp_path: Path) -> None:
     cache.close(drain=False)
     assert stats.revisits == n
     assert stats.prefetch_hits > 0, stats  # the older two thirds came back ahead of reads
+
+
+def test_the_pump_is_woken_when_a_demand_read_ends_not_polling(tmp_path: Path) -> None:
+    """While a demand read runs the pump stands aside, asleep until told (no 50 ms polls)."""
+    cache = cold_cache(tmp_path, slots=8, n=16, prefetch="reverse")
+    waits: list[str] = []
+    real_wait = cache._cond.wait
+
+    def counted(timeout: float | None = None) -> bool:
+        waits.append(threading.current_thread().name)
+        return real_wait(timeout)
+
+    with cache._cond:  # a demand read in progress, as revisit counts one (engine bookkeeping)
+        cache._demand_reads += 1
+    cache._cond.wait = counted  # type: ignore[method-assign]
+    cache.hint(reversed(range(16)))
+    time.sleep(0.6)  # the pump has started and stands aside
+    assert cache.stats().prefetches == 0
+    with cache._cond:  # the demand read ends: _release unpins and notifies like this
+        cache._demand_reads -= 1
+        cache._cond.notify_all()
+    deadline = time.monotonic() + 10
+    while cache.stats().prefetches == 0:
+        assert time.monotonic() < deadline, "the pump never resumed"
+        time.sleep(0.01)
+    pump_waits = sum(name.startswith("tiered-prefetch") for name in waits)
+    assert 1 <= pump_waits <= 2  # polling every 50 ms would have woken it about 12 times
+    cache.close(drain=False)

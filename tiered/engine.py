@@ -445,6 +445,8 @@ class EngineCore:
                 self._cond.wait(min(remaining, 1.0))
             finally:
                 self._store_waiters -= caller
+                if caller and not self._store_waiters:
+                    self._cond.notify_all()  # the prefetch pump stands aside until now
             if caller:
                 self._stats.blocked_s += time.perf_counter() - started
 

@@ -25,7 +25,7 @@ from tiered.tiers.base import MemoryTier, PersistentTier, Record
 
 log = logging.getLogger(__name__)
 
-_YIELD_S = 0.05  # how long the pump waits for a demand read or a blocked store per check
+PUMP_WAIT_BOUND_S = 1.0  # the longest the pump sleeps unwoken while it stands aside
 READAHEAD = 4  # forecast objects after the one being fetched that the kernel reads ahead
 
 Job = tuple[Entry, Copy, int, Any, "Future[None]", list[tuple[PersistentTier, Record]]]
@@ -86,7 +86,9 @@ class PrefetchEngine(EngineCore):
     def _next_job(self) -> Job | None:
         """Choose the next prefetch and reserve its room (under the lock), or ``None``."""
         while (self._demand_reads or self._store_waiters) and not self._closed:
-            self._cond.wait(_YIELD_S)
+            # woken when the last demand read or waiting store is done (both notify);
+            # the bound only keeps a missed notification from stalling prefetch for long
+            self._cond.wait(PUMP_WAIT_BOUND_S)
         if self._closed or self._ahead >= self._config.prefetch_depth:
             return None
         budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
