@@ -144,3 +144,18 @@ def test_the_short_path_of_key_filename_names_files_as_the_general_one(monkeypat
     assert sum(keys_module._simple_filename(k) is not None for k in keys) > 300
     monkeypatch.setattr(keys_module, "_simple_filename", lambda key: None)
     assert short == [key_filename(k) for k in keys]
+
+
+def test_cache_takes_a_cache_config_and_its_defaults_from_it(tmp_path):
+    from tiered.config import CacheConfig
+
+    tiers = [tiered.HostTier("4MiB"), tiered.DirectoryTier(tmp_path / "bb")]
+    with tiered.Cache(tiers) as cache:
+        assert cache.config == CacheConfig()  # no default of its own
+    lazy = CacheConfig(write_back="lazy", full_timeout_s=5.0)
+    with tiered.Cache(tiers, config=lazy) as cache:
+        assert cache.config == lazy
+    with tiered.Cache(tiers, config=lazy, full_timeout_s=7.0) as cache:  # a keyword wins
+        assert cache.config == CacheConfig(write_back="lazy", full_timeout_s=7.0)
+    with pytest.raises(ValueError, match="write_back"):
+        tiered.Cache(tiers, write_back="sometimes")  # type: ignore[arg-type]

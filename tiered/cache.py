@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import time
 import weakref
@@ -42,8 +43,11 @@ class Cache(PrefetchEngine):
         ``"markov"``, ``"recent"`` (rollback), ``"auto"`` (reverse, stride and markov), each
         after the explicit :meth:`hint` order; ``"hinted"`` or ``None`` for hints only; or a
         :class:`~tiered.policies.Predictor`.
+    config : CacheConfig, optional
+        How the cache behaves when tiers fill and when it reads back; every default comes
+        from :class:`~tiered.config.CacheConfig`.
     on_full, full_timeout_s, promote, prefetch_depth, write_back
-        See :class:`~tiered.config.CacheConfig`.
+        Override those fields of ``config`` (see :class:`~tiered.config.CacheConfig`).
     comm : None
         Reserved for MPI communicators (collective commits).
 
@@ -56,13 +60,17 @@ class Cache(PrefetchEngine):
     """
 
     def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
-                 prefetch: PredictorSpec = None, on_full: OnFull = "block",
-                 full_timeout_s: float = 120.0, promote: bool = True, prefetch_depth: int = 16,
-                 write_back: WriteBack = "eager", comm: Any = None) -> None:
+                 prefetch: PredictorSpec = None, config: CacheConfig | None = None,
+                 on_full: OnFull | None = None, full_timeout_s: float | None = None,
+                 promote: bool | None = None, prefetch_depth: int | None = None,
+                 write_back: WriteBack | None = None, comm: Any = None) -> None:
         if comm is not None:
             raise ValueError("comm: collective MPI commits are not available in this version")
-        config = CacheConfig(on_full=on_full, full_timeout_s=full_timeout_s, promote=promote,
-                             prefetch_depth=prefetch_depth, write_back=write_back)
+        given: dict[str, Any] = {"on_full": on_full, "full_timeout_s": full_timeout_s,
+                                 "promote": promote, "prefetch_depth": prefetch_depth,
+                                 "write_back": write_back}
+        config = dataclasses.replace(config or CacheConfig(),
+                                     **{k: v for k, v in given.items() if v is not None})
         super().__init__(tiers, eviction, prefetch, config)
         with self._cond:
             self.recovery: list[str] = self._recover()
@@ -497,6 +505,11 @@ class Cache(PrefetchEngine):
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         self.close(drain=exc_type is None)
+
+    @property
+    def config(self) -> CacheConfig:
+        """The configuration in force (frozen)."""
+        return self._config
 
     @property
     def tiers(self) -> list[Tier]:
