@@ -259,3 +259,21 @@ def test_a_full_tier_is_not_a_memory_error():
 
     assert issubclass(tiered.TierFullError, tiered.TieredError)
     assert not issubclass(tiered.TierFullError, MemoryError)  # the process has memory left
+
+
+def test_an_hdf5_tier_never_holds_more_than_its_capacity(tmp_path):
+    pytest.importorskip("h5py", reason="needs tiered[hdf5]")
+    import tiered
+    from tiered.movers import leaf_checksums
+    from tiered.payload import write_leaves
+    from tiered.values import flatten
+
+    meta, arrays = flatten(np.ones(2048, np.float32))
+    region = np.zeros(meta.nbytes, np.uint8)
+    write_leaves(region, meta, arrays)
+    capacity = 4 * (meta.nbytes + tiered.HDF5Tier.overhead_bytes)
+    tier = tiered.HDF5Tier(tmp_path, capacity=capacity)
+    with pytest.raises(tiered.TierFullError):
+        for i in range(100):  # each file is its payload plus the HDF5 file's own ~10 KiB
+            tier.put(i, i + 1, meta, region, leaf_checksums(region, meta))
+            assert tier.used_bytes <= capacity

@@ -332,7 +332,7 @@ class PersistentTier(Tier):
         TierFullError
             If the tier's capacity would be exceeded (the disk itself reports ``OSError``).
         """
-        if not self.has_room(meta.nbytes):
+        if not self.has_room(self.footprint(meta.nbytes)):  # what the file may take
             raise TierFullError(f"{self.name}: {format_size(meta.nbytes)} more would exceed "
                                 f"capacity {format_size(self.capacity_bytes or 0)}")
         manifest = {"format": FORMAT, "key": key_to_json(key), "version": version,
