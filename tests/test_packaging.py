@@ -56,3 +56,45 @@ def test_core_imports_without_optional_dependencies(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_no_isinstance_on_tier_kinds_outside_the_tiers():
+    """Tiers declare what they are once (Tier.model); nothing else guesses with isinstance."""
+    import ast
+
+    kinds = {"MemoryTier", "PersistentTier", "HostTier", "DeviceTier", "DirectoryTier",
+             "HDF5Tier"}  # (isinstance(t, Tier) validates input: is it a tier at all)
+    offenders = []
+    for folder in ("tiered", "policies", "adapters"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if (ROOT / "tiered" / "tiers") in path.parents:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance"
+                        and len(node.args) == 2):
+                    names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                    names |= {n.attr for n in ast.walk(node.args[1])
+                              if isinstance(n, ast.Attribute)}
+                    if names & kinds:
+                        offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
+def test_every_tier_declares_its_model(tmp_path):
+    import tiered
+
+    host = tiered.HostTier("1MiB", prefault=False)
+    directory = tiered.DirectoryTier(tmp_path / "d", capacity="1MiB", readers=3, writers=2)
+    models = [host.model(), directory.model(), tiered.DeviceTier("1MiB", device="cpu").model()
+              if _has_torch() else None]
+    assert (models[0].kind, models[0].memory, models[0].capacity_bytes) == ("host", True, 1 << 20)
+    assert (models[1].kind, models[1].persistent, models[1].readers, models[1].writers) == \
+        ("directory", True, 3, 2)
+    if models[2] is not None:
+        assert models[2].kind == "device" and models[2].context
+
+
+def _has_torch() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None

@@ -20,7 +20,7 @@ from tiered.policies.base import EventContext, PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
 from tiered.stats import CacheStats
-from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
+from tiered.tiers.base import Record, Tier
 from tiered.values import ValueMeta, flatten, unflatten
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,7 @@ class Cache(PrefetchEngine):
             with self._cond:
                 self._writing[tier] -= reserved
                 if extent is not None:
-                    t = self._tiers[tier]
-                    assert isinstance(t, MemoryTier)
+                    t = self._mem[tier]
                     t.free(extent)
                 self._cond.notify_all()
             raise
@@ -139,7 +138,7 @@ class Cache(PrefetchEngine):
         spill = self._config.on_full == "spill"
         for n, i in enumerate(fits):
             wait = (n == 0 and not spill) or n == len(fits) - 1
-            if isinstance(self._tiers[i], MemoryTier):
+            if i in self._mem:
                 extent = self._reserve(i, nbytes, wait=wait, caller=True)
                 if extent is not None:
                     return i, extent, []
@@ -152,14 +151,13 @@ class Cache(PrefetchEngine):
     def _capture(self, key: Key, version: int, meta: ValueMeta, arrays: list[Any], tier: int,
                  extent: Any) -> Copy:
         """Make the one copy of a capture (no lock held); synchronous for a persistent tier."""
-        t = self._tiers[tier]
-        if isinstance(t, MemoryTier):
-            write_leaves(t.region(extent, meta.nbytes), meta, arrays)
+        if tier in self._mem:
+            write_leaves(self._mem[tier].region(extent, meta.nbytes), meta, arrays)
             return Copy(tier, extent=extent)
-        assert isinstance(t, PersistentTier)
         host = staging_buffer(meta.nbytes)
         write_leaves(host, meta, arrays)
-        return Copy(tier, record=t.put(key, version, meta, host, leaf_checksums(host, meta)))
+        return Copy(tier, record=self._disk[tier].put(key, version, meta, host,
+                                                      leaf_checksums(host, meta)))
 
     def _install(self, entry: Entry, copy: Copy) -> None:
         doomed: list[tuple[int, Record]] = []
@@ -233,7 +231,7 @@ class Cache(PrefetchEngine):
             where = entry.fastest()
             where.pins += 1
             entry.consumed = True
-            from_disk = not isinstance(self._tiers[where.tier], MemoryTier)
+            from_disk = where.tier in self._disk
             self._demand_reads += from_disk
             self._signal("revisit", key, nbytes=entry.meta.nbytes)
             self._storing = False
@@ -266,8 +264,8 @@ class Cache(PrefetchEngine):
 
         The copy stays pinned; it is unpinned after its views are all gone.
         """
-        t = self._tiers[where.tier]
-        assert isinstance(t, MemoryTier) and where.extent is not None
+        t = self._mem[where.tier]
+        assert where.extent is not None
         region = t.region(where.extent, entry.meta.nbytes)
         if not can_borrow(region, entry.meta):
             return None
@@ -310,8 +308,8 @@ class Cache(PrefetchEngine):
             nbytes=entry.meta.nbytes, now=self._tick()))
 
     def _read_memory(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
-        t = self._tiers[copy.tier]
-        assert isinstance(t, MemoryTier) and copy.extent is not None
+        t = self._mem[copy.tier]
+        assert copy.extent is not None
         leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta, into)
         with self._cond:
             self._served(entry, copy)
@@ -330,8 +328,7 @@ class Cache(PrefetchEngine):
         region, landing = self._landing(entry, copy.tier)
         tier = copy.tier
         while True:
-            t = self._tiers[tier]
-            assert isinstance(t, PersistentTier)
+            t = self._disk[tier]
             record = entry.copies[tier].record if tier in entry.copies else None
             try:
                 if record is None:
@@ -353,16 +350,14 @@ class Cache(PrefetchEngine):
         log.error("%s", exc)
         with self._cond:
             self._stats.corrupt_reads += 1
-            deeper = [i for i in entry.copies if i > tier
-                      and isinstance(self._tiers[i], PersistentTier)]
+            deeper = [i for i in entry.copies if i > tier and i in self._disk]
             if not deeper:  # keep the entry: each revisit reports it again
                 if landing is not None:
                     self._free_landing(landing)
                 raise exc
             record = self._drop_copy(entry, tier) if entry.copies[tier].pins <= 1 else None
         if record is not None:
-            t = self._tiers[tier]
-            assert isinstance(t, PersistentTier)
+            t = self._disk[tier]
             t.quarantine(record)
         return min(deeper)
 
@@ -372,11 +367,10 @@ class Cache(PrefetchEngine):
         if self._config.promote:
             with self._cond:
                 for i in range(source):
-                    t = self._tiers[i]
-                    if isinstance(t, MemoryTier) and i not in entry.copies:
+                    if i in self._mem and i not in entry.copies:
                         extent = self._reserve(i, n, wait=False)
                         if extent is not None:
-                            return t.region(extent, n), Copy(i, extent=extent)
+                            return self._mem[i].region(extent, n), Copy(i, extent=extent)
         return staging_buffer(n), None
 
     # ----------------------------------------------------------------- hints

@@ -36,7 +36,7 @@ from tiered.policies.base import (
 from tiered.room import hopeless
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
-from tiered.tiers.base import MemoryTier, PersistentTier, Record, Tier
+from tiered.tiers.base import MemoryTier, Record, Tier, by_kind
 from tiered.values import ValueMeta
 from tiered.writeback import Pending
 
@@ -110,15 +110,15 @@ class EngineCore:
         self._config = config
         self._policies = _policies(eviction, len(tiers))
         self._predictor = make_predictor(prefetch)
-        self._memory = [i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)]
-        self._persistent = frozenset(i for i, t in enumerate(tiers)
-                                     if isinstance(t, PersistentTier))
+        self._models = [t.model() for t in tiers]  # what each tier declares, read once
+        self._mem, self._disk = by_kind(tiers)  # the same tiers, typed, by position
+        self._memory = sorted(self._mem)
+        self._persistent = frozenset(self._disk)
         # per tier, the persistent tiers below it: a copy there makes one here durable
         self._persistent_below = [frozenset(p for p in self._persistent if p > i)
                                   for i in range(len(tiers))]
         # memory tiers whose lanes copy inside a context of theirs (a device's side stream)
-        self._contexts = frozenset(i for i, t in enumerate(tiers) if isinstance(t, MemoryTier)
-                                   and type(t).background is not MemoryTier.background)
+        self._contexts = frozenset(i for i, m in enumerate(self._models) if m.context)
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
         self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
@@ -126,8 +126,7 @@ class EngineCore:
         self._clean: list[dict[Key, Entry]] = [{} for _ in tiers]
         # the eviction forecast looks this far ahead: anything later than what all memory
         # tiers hold is "far" alike (ties then go by recency)
-        self._horizon = sum(t.capacity_bytes or 0 for t in tiers
-                                if isinstance(t, MemoryTier))
+        self._horizon = sum(self._models[i].capacity_bytes or 0 for i in self._mem)
         # ...and at most this many keys ahead: a forecast is recomputed per event, so its
         # cost must not grow with the number of states memory holds; further keys are
         # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
@@ -144,16 +143,15 @@ class EngineCore:
         self._next_version = 1
         self._stats = CacheStats(tiers={t.name: TierStats(capacity_bytes=t.capacity_bytes)
                                         for t in tiers})
-        self._lanes = {i: Lane(f"to-{t.name}", getattr(t, "writers", 1))
-                       for i, t in enumerate(tiers) if i > 0}
+        self._lanes = {i: Lane(f"to-{m.name}", m.writers)
+                       for i, m in enumerate(self._models) if i > 0}
         self._writing = [0] * len(tiers)  # bytes reserved by writes in flight, per tier
         self._prefetch_lane = Lane("prefetch")
         # prefetch reads at once, per source tier: the pump reads itself while every tier
         # allows one, else hands reads to a pool
-        self._readers = [getattr(t, "readers", 1) for t in tiers]
+        self._readers = [m.readers for m in self._models]
         self._reading = [0] * len(tiers)  # prefetch reads in flight, per source tier
-        pool = sum(n for n, t in zip(self._readers, tiers, strict=True)
-                   if isinstance(t, PersistentTier))
+        pool = sum(m.readers for m in self._models if m.persistent)
         self._read_lane = (Lane("read", pool) if max(self._readers, default=1) > 1
                            else None)
         self._deleter = Lane("delete")  # discarded files go in the background
@@ -274,8 +272,7 @@ class EngineCore:
         self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
         self._tstats(tier).entries -= 1
         if copy.extent is not None:
-            t = self._tiers[tier]
-            assert isinstance(t, MemoryTier)
+            t = self._mem[tier]
             t.free(copy.extent)
         return copy.record
 
@@ -318,8 +315,7 @@ class EngineCore:
 
     def _unlink(self, doomed: Sequence[tuple[int, Record]]) -> None:
         for tier, record in doomed:
-            t = self._tiers[tier]
-            assert isinstance(t, PersistentTier)
+            t = self._disk[tier]
             t.delete(record)
 
     def _run_delete(self, doomed: list[tuple[int, Record]]) -> None:
@@ -406,8 +402,7 @@ class EngineCore:
         :class:`TransferCancelledError` when ``entry`` (the one the room is for) is discarded or the
         cache closes meanwhile. ``limit`` is passed to :meth:`_evict_one`.
         """
-        t = self._tiers[tier]
-        assert isinstance(t, MemoryTier)
+        t = self._mem[tier]
         deadline = time.monotonic() + self._config.full_timeout_s
         waited = False
         watch = _Watch(self, t.name, nbytes, caller)
@@ -469,8 +464,7 @@ class EngineCore:
         when it raises or returns ``None``, it has queued their deletion itself (what went
         had a verified copy below).
         """
-        t = self._tiers[tier]
-        assert isinstance(t, PersistentTier)
+        t = self._disk[tier]
         doomed: list[tuple[int, Record]] = []
         freed = 0
         need = t.footprint(nbytes)
@@ -513,8 +507,7 @@ class EngineCore:
     def _dirtied(self, entry: Entry) -> None:
         """Drain a freshly stored dirty ``entry`` now, or (lazy) once its tier needs room."""
         tier = min(entry.copies)
-        if self._config.write_back == "eager" or not isinstance(self._tiers[tier],
-                                                                MemoryTier):
+        if self._config.write_back == "eager" or tier not in self._mem:
             self._schedule_drain(entry)
             return
         self._pending.add(entry, tier, self._tiers[tier].footprint(entry.meta.nbytes))
@@ -564,12 +557,11 @@ class EngineCore:
             doomed: list[tuple[int, Record]] = []
             reserved = 0  # bytes held in a persistent tier while several writes run at once
             try:
-                t = self._tiers[dst]
-                if isinstance(t, MemoryTier):
+                if dst in self._mem:
                     extent = self._reserve(dst, nbytes, wait=True, entry=entry)
                 else:
                     doomed = self._room_persistent(dst, nbytes, entry=entry) or []
-                    reserved = t.footprint(nbytes)
+                    reserved = self._disk[dst].footprint(nbytes)
                     self._writing[dst] += reserved
             except BaseException:
                 self._delete(self._unpin(entry, src))
@@ -583,8 +575,7 @@ class EngineCore:
                 self._writing[dst] -= reserved
                 self._delete(self._unpin(entry, src))
                 if extent is not None:
-                    t = self._tiers[dst]
-                    assert isinstance(t, MemoryTier)
+                    t = self._mem[dst]
                     t.free(extent)
             raise
         with self._cond:
@@ -623,40 +614,37 @@ class EngineCore:
         Host memory has none: no context stack is built for it (this runs per transfer,
         and a lane's Python holds the GIL the caller's next step needs).
         """
-        own = [self._tiers[i] for i in tiers if i in self._contexts]
+        own = [self._mem[i] for i in tiers if i in self._contexts]
         if not own:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
         for t in own:
-            assert isinstance(t, MemoryTier)
             stack.enter_context(t.background())
         return stack
 
     def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:
         """Move bytes from ``src`` into tier ``dst`` (no lock held)."""
         meta, n = entry.meta, entry.meta.nbytes
-        stier, dtier = self._tiers[src.tier], self._tiers[dst]
-        sregion = (stier.region(src.extent, n)
-                   if isinstance(stier, MemoryTier) and src.extent is not None else None)
-        if isinstance(dtier, MemoryTier):
-            dregion = dtier.region(extent, n)
+        sregion = (self._mem[src.tier].region(src.extent, n)
+                   if src.tier in self._mem and src.extent is not None else None)
+        if dst in self._mem:
+            dregion = self._mem[dst].region(extent, n)
             if sregion is not None:
                 copy_region(dregion, sregion)
             else:
-                assert isinstance(stier, PersistentTier) and src.record is not None
-                read_persistent(stier, src.record, dregion)
+                assert src.record is not None
+                read_persistent(self._disk[src.tier], src.record, dregion)
             return Copy(dst, extent=extent)
         if sregion is not None:
             host = host_view(sregion, n)
         else:
-            assert isinstance(stier, PersistentTier) and src.record is not None
+            assert src.record is not None
             host = staging_buffer(n)
-            stier.get_into(src.record, host)
+            self._disk[src.tier].get_into(src.record, host)
         if entry.checksums is None:
             entry.checksums = leaf_checksums(host, meta)
-        assert isinstance(dtier, PersistentTier)
-        return Copy(dst, record=dtier.put(entry.key, entry.version, meta, host,
-                                          entry.checksums))
+        return Copy(dst, record=self._disk[dst].put(entry.key, entry.version, meta, host,
+                                                    entry.checksums))
 
     # ----------------------------------------------------------------- retire / recover
     def _retire(self, old: Entry, *, delete_files: bool) -> list[tuple[int, Record]]:
@@ -681,12 +669,11 @@ class EngineCore:
         """Rebuild the index from the persistent tiers (this is restart)."""
         problems: list[str] = []
         found: dict[Key, list[tuple[int, Record]]] = {}
-        for i, tier in enumerate(self._tiers):
-            if isinstance(tier, PersistentTier):
-                report = tier.scan()
-                problems += report.problems
-                for record in report.records:
-                    found.setdefault(record.key, []).append((i, record))
+        for i, tier in sorted(self._disk.items()):
+            report = tier.scan()
+            problems += report.problems
+            for record in report.records:
+                found.setdefault(record.key, []).append((i, record))
         for key, copies in found.items():
             self._recover_entry(key, copies)
         for problem in problems:

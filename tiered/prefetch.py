@@ -21,7 +21,7 @@ from typing import Any
 from tiered.engine import EngineCore
 from tiered.index import Copy, Entry
 from tiered.movers import read_persistent
-from tiered.tiers.base import MemoryTier, PersistentTier, Record
+from tiered.tiers.base import PersistentTier, Record
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +123,9 @@ class PrefetchEngine(EngineCore):
             if entry.gone or entry.in_memory(self._memory):
                 continue
             copy = entry.fastest()
-            tier = self._tiers[copy.tier]
-            if not copy.advised and isinstance(tier, PersistentTier) and copy.record:
+            if not copy.advised and copy.tier in self._disk and copy.record:
                 copy.advised = True
-                out.append((tier, copy.record))
+                out.append((self._disk[copy.tier], copy.record))
             if len(out) == READAHEAD:
                 break
         return out
@@ -134,14 +133,13 @@ class PrefetchEngine(EngineCore):
     def _fetch(self, entry: Entry, src: Copy, tier: int, extent: Any,
                future: Future[None], ahead: list[tuple[PersistentTier, Record]]) -> None:
         """Read one entry into its reserved extent (no lock held) and land it."""
-        t = self._tiers[tier]
-        assert isinstance(t, MemoryTier)
+        t = self._mem[tier]
         error: BaseException | None = None
         for source_tier, record in ahead:  # the kernel reads these while we read this one
             source_tier.advise(record)
         try:
-            source = self._tiers[src.tier]
-            assert isinstance(source, PersistentTier) and src.record is not None
+            source = self._disk[src.tier]
+            assert src.record is not None
             with self._background(tier):
                 read_persistent(source, src.record, t.region(extent, entry.meta.nbytes))
         except BaseException as exc:  # the demand read will report it (and try deeper copies)
@@ -188,6 +186,6 @@ class PrefetchEngine(EngineCore):
             self._cond.notify_all()
 
     def _free_landing(self, landing: Copy) -> None:
-        t = self._tiers[landing.tier]
-        assert isinstance(t, MemoryTier) and landing.extent is not None
+        t = self._mem[landing.tier]
+        assert landing.extent is not None
         t.free(landing.extent)

@@ -29,6 +29,7 @@ import os
 import random
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,6 +52,13 @@ Offsets = tuple[int | None, ...] | None  # where each leaf starts in a file, if 
 MANIFEST_SLACK = 64 * 1024  # room reserved per object beyond its payload (a tier may say less)
 LANE_PREFIX = "tiered-"  # background lane threads are named so
 _PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
+
+
+def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, PersistentTier]]:
+    """Split a cache's tiers, by position, into its memory and its persistent ones."""
+    memory = {i: t for i, t in enumerate(tiers) if isinstance(t, MemoryTier)}
+    persistent = {i: t for i, t in enumerate(tiers) if isinstance(t, PersistentTier)}
+    return memory, persistent
 
 
 def _forked() -> None:
@@ -86,10 +94,52 @@ def spare_cores(limit: int = 4) -> int:
     return max(1, min(limit, cores // 2))
 
 
+@dataclasses.dataclass(frozen=True)
+class TierModel:
+    """What a tier declares about itself once, for the cache's decisions to read.
+
+    Attributes
+    ----------
+    name, kind : str
+        The tier's name (unique in a cache) and kind (``"host"``, ``"directory"``, ...).
+    persistent : bool
+        Durable (a file per object) rather than memory.
+    capacity_bytes : int or None
+        ``None``: unlimited.
+    readers, writers : int
+        Objects that may be read from / written to it at once.
+    context : bool
+        Its lanes copy inside a context of its own (a device's side stream).
+    """
+
+    name: str
+    kind: str
+    persistent: bool
+    capacity_bytes: int | None
+    readers: int = 1
+    writers: int = 1
+    context: bool = False
+
+    @property
+    def memory(self) -> bool:
+        """Whether it is a memory tier (not persistent)."""
+        return not self.persistent
+
+
 class Tier(abc.ABC):
     """A level of the hierarchy: capacity accounting, ``close`` and a context manager."""
 
     persistent: ClassVar[bool] = False
+    kind: ClassVar[str] = "tier"
+    context: ClassVar[bool] = False  # lanes copy inside :meth:`MemoryTier.background`
+    writers = 1  # objects that may be written here at once (a hint for its lane)
+    readers = 1  # objects the prefetcher may read from here at once
+
+    def model(self) -> TierModel:
+        """Return what this tier declares about itself (see :class:`TierModel`)."""
+        return TierModel(name=self.name, kind=self.kind, persistent=self.persistent,
+                         capacity_bytes=self.capacity_bytes, readers=self.readers,
+                         writers=self.writers, context=self.context)
 
     def __init__(self, *, capacity: int | str | None, name: str) -> None:
         self.capacity_bytes = parse_size(capacity, name="capacity")
@@ -279,8 +329,6 @@ class PersistentTier(Tier):
 
     persistent = True
     overhead_bytes: ClassVar[int] = MANIFEST_SLACK  # reserved per object beyond its payload
-    writers = 1  # objects the engine may write here at once (a hint for its lane)
-    readers = 1  # objects the prefetcher may read from here at once
     suffix: ClassVar[str] = ".bin"
 
     def __init__(self, path: str | os.PathLike[str], *, capacity: int | str | None,

@@ -46,6 +46,9 @@ class DeviceTier(MemoryTier):
     memory it overwrites; it synchronises its stream before the copy counts as done.
     """
 
+    kind = "device"
+    context = True  # lanes copy on a side stream of their own
+
     def __init__(self, capacity: int | str = "1GiB", *, device: str = "cuda",
                  name: str = "device") -> None:
         super().__init__(capacity=capacity, name=name)

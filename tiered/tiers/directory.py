@@ -136,6 +136,7 @@ class DirectoryTier(PersistentTier):
         truncation as soon as it is closed, so a buffered scratch tier unlinks instead.
     """
 
+    kind = "directory"
     suffix = ".tdat"
     overhead_bytes = 8 * 1024  # manifest and footer, and a page of direct-I/O padding
 

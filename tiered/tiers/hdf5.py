@@ -58,6 +58,7 @@ class HDF5Tier(PersistentTier):
         See :class:`~tiered.tiers.base.PersistentTier`.
     """
 
+    kind = "hdf5"
     suffix = ".h5"
     overhead_bytes = 32 * 1024  # an HDF5 file's own structures, and the manifest
 

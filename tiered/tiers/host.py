@@ -190,6 +190,8 @@ class HostTier(MemoryTier):
         Name used in statistics and messages.
     """
 
+    kind = "host"
+
     def __init__(self, capacity: int | str = "1GiB", *, prefault: bool | str = True,
                  pinned: bool | None = None, name: str = "host") -> None:
         if not (isinstance(prefault, bool) or prefault == "background"):
