@@ -78,3 +78,39 @@ def test_hint_prefetches_into_host_while_reading(tmp_path):
     assert stats.tiers["host"].prefetches >= 1 and stats.prefetch_hits >= 1
     assert stats.tiers["host"].hits + stats.tiers["hdf5"].hits == 10
     cache.close()
+
+
+def test_a_lane_is_told_by_a_flag_not_by_its_thread_name():
+    from tiered.movers import Lane
+    from tiered.tiers.base import LANE_PREFIX, in_lane
+
+    seen: dict[str, bool] = {}
+    lookalike = threading.Thread(target=lambda: seen.setdefault("named", in_lane()),
+                                 name=f"{LANE_PREFIX}not-a-lane")
+    lookalike.start()
+    lookalike.join()
+    lane = Lane("probe")
+    assert lane.submit(in_lane).result(timeout=10) is True
+    lane.shutdown(cancel=False)
+    assert seen == {"named": False} and not in_lane()
+
+
+def test_one_fork_hook_resets_every_module_in_the_child(tmp_path):
+    import os
+
+    from tiered import forks
+
+    names = [f.__module__ for f in forks._RESETS]
+    assert {"tiered.tiers.base", "tiered.tiers.spares", "tiered.movers"} <= set(names)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its pid in temp names, and a lane that runs
+        from tiered.movers import Lane
+        from tiered.tiers.base import _PID
+
+        ok = _PID[0] == os.getpid() and Lane("child").submit(lambda: 7).result(10) == 7
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import logging
 import mmap
-import os
 import queue
 import threading
 import weakref
@@ -21,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tiered.checksum import checksum
+from tiered.forks import on_child
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
 from tiered.tiers.base import (
     LANE_PREFIX,
@@ -28,6 +28,7 @@ from tiered.tiers.base import (
     Record,
     cuda_torch,
     in_lane,
+    mark_lane,
 )
 from tiered.values import ValueMeta
 
@@ -105,6 +106,7 @@ _Job = tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]
 
 def _serve(jobs: queue.SimpleQueue[_Job | None]) -> None:
     """Run a lane's jobs until its queue says stop (``None``, passed on to the next)."""
+    mark_lane()
     while (job := jobs.get()) is not None:
         future, fn, args = job
         del job
@@ -126,15 +128,13 @@ _WORKERS: weakref.WeakKeyDictionary[threading.Thread, queue.SimpleQueue[_Job | N
     weakref.WeakKeyDictionary())  # every lane thread and its queue, for the exit hook
 
 
+@on_child
 def _forget_in_child() -> None:
     """In a forked child the lanes' threads are gone: a lane used there starts its own."""
     for lane in list(_LANES):
         lane._threads, lane._lock = [], threading.Lock()
         lane._jobs = queue.SimpleQueue()  # the parent's jobs stay the parent's
     _WORKERS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @atexit.register

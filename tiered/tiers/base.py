@@ -38,6 +38,7 @@ import numpy as np
 from tiered.arena import Arena, Extent
 from tiered.checksum import ALGORITHM, check_algorithm, checksum
 from tiered.errors import CorruptDataError, TierFullError
+from tiered.forks import on_child
 from tiered.keys import Key, key_filename, key_from_json, key_to_json
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
@@ -61,16 +62,26 @@ def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, Per
     return memory, persistent
 
 
+@on_child
 def _forked() -> None:
     _PID[0] = os.getpid()
 
 
-os.register_at_fork(after_in_child=_forked)
+_LANE = threading.local()  # .on is True in the threads of tiered's background lanes
 
 
 def in_lane() -> bool:
-    """Whether the calling thread is one of tiered's background lanes."""
-    return threading.current_thread().name.startswith(LANE_PREFIX)
+    """Whether the calling thread is one of tiered's background lanes.
+
+    Told by a thread-local flag the lane's worker sets (:func:`mark_lane`), not by the
+    thread's name, which any thread may share.
+    """
+    return getattr(_LANE, "on", False)
+
+
+def mark_lane() -> None:
+    """Mark the calling thread as a background lane's worker (for :func:`in_lane`)."""
+    _LANE.on = True
 
 
 def cuda_torch() -> Any:

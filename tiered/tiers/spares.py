@@ -13,21 +13,20 @@ inherited by name belong to its parent).
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import weakref
+
+from tiered.forks import on_child
 
 _POOLS: weakref.WeakSet[SparePool] = weakref.WeakSet()
 
 
+@on_child
 def _forget_in_child() -> None:
     """In a forked child: every pool starts empty, with a fresh lock (fork keeps no threads)."""
     for pool in list(_POOLS):
         pool._lock = threading.Lock()
         pool._paths.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def check_count(value: object) -> int:
