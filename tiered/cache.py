@@ -120,8 +120,9 @@ class Cache(PrefetchEngine):
                     t.free(extent)
                 self._cond.notify_all()
             raise
-        with self._cond:
-            self._writing[tier] -= reserved  # the tier counts the object's bytes itself now
+        if reserved:  # a persistent top tier counts the object's bytes itself now
+            with self._cond:
+                self._writing[tier] -= reserved
         self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
         with self._cond:
             self._signal("store", key, nbytes=meta.nbytes)

@@ -399,10 +399,13 @@ class EngineCore:
         Returns the extent, or ``None`` when ``wait`` is false and no room can be made.
         Raises :class:`TierFullError` at once when no wait can make room
         (:func:`~tiered.room.hopeless`), or when waiting past ``full_timeout_s``;
-        :class:`TransferCancelledError` when ``entry`` (the one the room is for) is discarded or the
-        cache closes meanwhile. ``limit`` is passed to :meth:`_evict_one`.
+        :class:`TransferCancelledError` when ``entry`` (the one the room is for) is discarded
+        or the cache closes meanwhile. ``limit`` is passed to :meth:`_evict_one`.
         """
         t = self._mem[tier]
+        extent = t.allocate(nbytes)
+        if extent is not None:  # the common case: nothing more to set up
+            return extent
         deadline = time.monotonic() + self._config.full_timeout_s
         waited = False
         watch = _Watch(self, t.name, nbytes, caller)
