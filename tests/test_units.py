@@ -277,3 +277,21 @@ def test_an_hdf5_tier_never_holds_more_than_its_capacity(tmp_path):
         for i in range(100):  # each file is its payload plus the HDF5 file's own ~10 KiB
             tier.put(i, i + 1, meta, region, leaf_checksums(region, meta))
             assert tier.used_bytes <= capacity
+
+
+def test_an_hdf5_object_larger_than_its_footprint_is_refused_whole(tmp_path):
+    pytest.importorskip("h5py", reason="needs tiered[hdf5]")
+    import tiered
+    from tiered.movers import leaf_checksums
+    from tiered.payload import write_leaves
+    from tiered.values import flatten
+
+    # 40 leaves of 64 KiB + 8 B: HDF5 pads each to 4 KiB, beyond the per-object reservation
+    meta, arrays = flatten([np.ones(8193, np.float64) for _ in range(40)])
+    region = np.zeros(meta.nbytes, np.uint8)
+    write_leaves(region, meta, arrays)
+    tier = tiered.HDF5Tier(tmp_path, capacity=meta.nbytes + tiered.HDF5Tier.overhead_bytes)
+    with pytest.raises(tiered.TierFullError):
+        tier.put("big", 1, meta, region, leaf_checksums(region, meta))
+    assert tier.used_bytes == 0 and list(tmp_path.iterdir()) == []
+

@@ -401,6 +401,9 @@ class PersistentTier(Tier):
         final = self.path_for(key, version)
         try:
             size, offsets = self._write_file(tmp, manifest, meta, region)
+            if not self.has_room(size):  # a file larger than its footprint (many leaves)
+                raise TierFullError(f"{self.name}: an object of {format_size(size)} would "
+                                    f"exceed capacity {format_size(self.capacity_bytes or 0)}")
             os.replace(tmp, final)
         except BaseException:
             unlink_quietly(tmp)
