@@ -60,18 +60,28 @@ class _Watch:
         self._since = time.monotonic()
         self._said = False
         self._checked = -1.0
+        self._skipped = False
 
     def due_check(self) -> bool:
         """Whether to ask :func:`~tiered.room.hopeless` now.
 
         At once, then at most every :data:`HOPELESS_EVERY_S`: it walks every copy, and
-        every finished drain wakes a waiter.
+        every finished drain wakes a waiter. A check skipped for that reason is made up
+        for as soon as it is due (see :meth:`bound`), not at the next wake-up.
         """
         now = time.monotonic()
         if self._checked >= 0 and now - self._checked < HOPELESS_EVERY_S:
+            self._skipped = True
             return False
-        self._checked = now
+        self._checked, self._skipped = now, False
         return True
+
+    def bound(self, remaining: float) -> float:
+        """Return how long the waiter may sleep: until a skipped check is due, or 1 s."""
+        longest = min(remaining, 1.0)
+        if self._skipped:
+            return max(0.0, min(longest, self._checked + HOPELESS_EVERY_S - time.monotonic()))
+        return longest
 
     def log(self) -> None:
         """Log what the wait is for, if it has lasted long enough and has not said so."""
@@ -440,7 +450,7 @@ class EngineCore:
             started = time.perf_counter()
             self._store_waiters += caller
             try:
-                self._cond.wait(min(remaining, 1.0))
+                self._cond.wait(watch.bound(remaining))
             finally:
                 self._store_waiters -= caller
                 if caller and not self._store_waiters:
@@ -504,7 +514,7 @@ class EngineCore:
             raise TierFullError(f"{t.name}: no room for {format_size(t.footprint(nbytes))} "
                                 f"after {self._config.full_timeout_s:g} s (everything there "
                                 "is dirty or in use)")
-        self._cond.wait(min(remaining, 1.0))
+        self._cond.wait(watch.bound(remaining))
 
     # ----------------------------------------------------------------- drains
     def _dirtied(self, entry: Entry) -> None:
