@@ -52,7 +52,7 @@ def revolve_storage(cache: Cache, size_ckp: int, n_ckp: int, dtype: Any, *,
     compression : (compressor, decompressor), optional
         pyrevolve's compression pair (what ``pyrevolve.compression.init_compression``
         returns): each array is compressed before it reaches the cache, and the cache keeps
-        the compressed bytes with their shape and dtype.
+        the compressed bytes with the compressor's metadata (shape, dtype and its own).
     wd, rd : float
         Write and read costs, as pyrevolve's storages carry them for H-Revolve.
     """

@@ -85,8 +85,13 @@ class EvictionPolicyTests:
         for key in range(10):
             policy.observe("remove", key, ctx=EventContext(now=10.0 + key))
         assert policy.victim([], ctx=VictimContext()) is None
+        order = getattr(policy, "order", None)
+        if order is not None:  # a policy that shows its order holds none of them
+            assert order() == []
         for key in (100, 101):  # only keys now held are in play
             policy.observe("insert", key, ctx=EventContext(nbytes=1, now=30.0 + key))
+        if order is not None:
+            assert sorted(order()) == [100, 101]
         assert policy.victim([100, 101], ctx=VictimContext()) in (100, 101)
 
 

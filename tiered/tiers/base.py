@@ -221,6 +221,9 @@ class MemoryTier(Tier):
     def background(self) -> contextlib.AbstractContextManager[None]:
         """Return the context a background lane copies into or out of this tier in.
 
+        The cache enters it only for tiers that declare ``context = True`` (a class
+        attribute): a subclass that overrides this must set it too.
+
         Nothing for host memory; a device tier overrides it (see :class:`DeviceTier`).
         """
         return contextlib.nullcontext()
