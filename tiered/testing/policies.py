@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from tiered.policies.base import (
+    Event,
     EventContext,
     EvictionPolicy,
     PredictContext,
@@ -14,11 +15,11 @@ from tiered.policies.base import (
 )
 
 
-def _events(seed: int, n: int = 300) -> list[tuple[str, int]]:
+def _events(seed: int, n: int = 300) -> list[tuple[Event, int]]:
     """Return a random but repeatable run of inserts, accesses and removes of 40 keys."""
     rng = random.Random(seed)
     held: list[int] = []
-    out: list[tuple[str, int]] = []
+    out: list[tuple[Event, int]] = []
     for _ in range(n):
         roll = rng.random()
         if not held or roll < 0.4:
@@ -35,7 +36,7 @@ def _events(seed: int, n: int = 300) -> list[tuple[str, int]]:
     return out
 
 
-def _held(events: list[tuple[str, int]]) -> set[int]:
+def _held(events: list[tuple[Event, int]]) -> set[int]:
     held: set[int] = set()
     for event, key in events:
         if event == "insert":
