@@ -435,22 +435,10 @@ class EngineCore:
                 waited = True
                 self._pending.widen(tier)  # lazy write-back: drains start too late here
             self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
-            self._cancelled(entry)
-            if watch.due_check() and (reason := hopeless(self._tiers, self._resident, tier,
-                                                         nbytes)):
-                raise TierFullError(reason)
-            watch.log()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed:
-                raise TierFullError(
-                    f"{t.name}: no room for {format_size(nbytes)} after "
-                    f"{self._config.full_timeout_s:g} s (used {format_size(t.used_bytes)} of "
-                    f"{format_size(t.capacity_bytes or 0)}, all dirty or in use); raise "
-                    "full_timeout_s, add capacity, or use on_full='spill'")
             started = time.perf_counter()
             self._store_waiters += caller
             try:
-                self._cond.wait(watch.bound(remaining))
+                self._await_room(tier, nbytes, deadline, watch, entry)
             finally:
                 self._store_waiters -= caller
                 if caller and not self._store_waiters:
@@ -511,9 +499,11 @@ class EngineCore:
         watch.log()
         remaining = deadline - time.monotonic()
         if remaining <= 0 or self._closed:
-            raise TierFullError(f"{t.name}: no room for {format_size(t.footprint(nbytes))} "
-                                f"after {self._config.full_timeout_s:g} s (everything there "
-                                "is dirty or in use)")
+            raise TierFullError(
+                f"{t.name}: no room for {format_size(t.footprint(nbytes))} after "
+                f"{self._config.full_timeout_s:g} s (used {format_size(t.used_bytes)} of "
+                f"{format_size(t.capacity_bytes or 0)}, all dirty or in use); raise "
+                "full_timeout_s, add capacity, or use on_full='spill'")
         self._cond.wait(watch.bound(remaining))
 
     # ----------------------------------------------------------------- drains
