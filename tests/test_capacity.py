@@ -327,3 +327,31 @@ def test_a_refused_store_deletes_what_it_evicted(tmp_path):
     assert a.used_bytes == 0
     cache.store("nine", np.zeros(9 * MiB, np.uint8))  # the room is all there again
     cache.close()
+
+
+class _HeldDirectory(tiered.DirectoryTier):
+    """A real directory tier whose writes wait until the test lets them go."""
+
+    def __init__(self, path, **kw):
+        super().__init__(path, sync=False, **kw)
+        self.go = threading.Event()
+
+    def put(self, *args, **kw):
+        assert self.go.wait(30), "the test never released the tier"
+        return super().put(*args, **kw)
+
+
+def test_a_wait_for_room_says_what_it_waits_for_after_a_second(tmp_path, caplog):
+    directory = _HeldDirectory(tmp_path / "bb")
+    cache = tiered.Cache([tiered.HostTier(2 * MiB + 8192, prefault=False), directory],
+                         full_timeout_s=30)
+    cache.store(0, _value(0))
+    cache.store(1, _value(1))  # the host is full of copies still draining
+    threading.Timer(1.5, directory.go.set).start()
+    with caplog.at_level("WARNING", logger="tiered.engine"):
+        cache.store(2, _value(2))  # waits for a drain, which can end: no error
+    (said,) = [r.getMessage() for r in caplog.records if "has waited" in r.getMessage()]
+    assert said.startswith("a store has waited") and "drains" in said and "host" in said
+    for i in range(3):
+        np.testing.assert_array_equal(cache.revisit(i), _value(i))
+    cache.close()
