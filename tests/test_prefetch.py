@@ -358,7 +358,7 @@ def test_forecast_looks_a_bounded_number_of_keys_ahead(tmp_path: Path) -> None:
     """Memory holding more states than the look-ahead: forecasts stay bounded (each event
     recomputes one, so a long history must not make every store slower), and a backward
     pass still gets every value right with the reverse predictor."""
-    from tiered.engine import HORIZON_KEYS
+    from tiered.planner import HORIZON_KEYS
 
     slots = HORIZON_KEYS + 200
     small = 1024  # float32 elements: 4 KiB states

@@ -16,7 +16,7 @@ from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
 from tiered.movers import leaf_checksums, read_persistent, staging_buffer
 from tiered.payload import borrow_leaves, can_borrow, check_out, read_leaves, write_leaves
-from tiered.policies.base import EventContext, PolicySpec, PredictorSpec
+from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
 from tiered.stats import CacheStats
@@ -305,8 +305,7 @@ class Cache(PrefetchEngine):
         for above in range(tier):
             self._tstats(above).misses += 1
         self._stats.revisits += 1
-        self._policies[tier].observe("access", entry.key, ctx=EventContext(
-            nbytes=entry.meta.nbytes, now=self._tick()))
+        self._plan.access(entry, tier)
 
     def _read_memory(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
         t = self._mem[copy.tier]

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy as _copy
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tiered.config import CacheConfig
@@ -21,17 +20,11 @@ from tiered.index import Copy, Entry
 from tiered.keys import Key
 from tiered.movers import Lane, host_view, leaf_checksums, read_persistent, staging_buffer
 from tiered.payload import copy_region
+from tiered.planner import Planner
 from tiered.policies.base import (
-    NEVER,
-    EventContext,
-    EvictionPolicy,
     PolicySpec,
-    PredictContext,
     PredictorSpec,
     Signal,
-    VictimContext,
-    make_eviction,
-    make_predictor,
 )
 from tiered.room import hopeless
 from tiered.sizes import format_size
@@ -41,7 +34,6 @@ from tiered.values import ValueMeta
 from tiered.writeback import Pending
 
 log = logging.getLogger(__name__)
-HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Engine._horizon_keys)
 EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see _ahead_bytes)
 WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
 HOPELESS_EVERY_S = 0.05  # a waiter asks again at most this often whether room can come
@@ -97,13 +89,6 @@ class _Watch:
                     e._config.full_timeout_s)
 
 
-def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
-    first = make_eviction(spec)
-    if isinstance(spec, str) or first is not spec:
-        return [first] + [make_eviction(spec) for _ in range(count - 1)]
-    return [first] + [_copy.deepcopy(first) for _ in range(count - 1)]  # one state per tier
-
-
 class EngineCore:
     """Index, room-making and background drains shared by the public :class:`Cache`."""
 
@@ -118,38 +103,27 @@ class EngineCore:
                              "two tiers of one kind apart")
         self._tiers = tiers
         self._config = config
-        self._policies = _policies(eviction, len(tiers))
-        self._predictor = make_predictor(prefetch)
         self._models = [t.model() for t in tiers]  # what each tier declares, read once
         self._mem, self._disk = by_kind(tiers)  # the same tiers, typed, by position
-        self._memory = sorted(self._mem)
-        self._persistent = frozenset(self._disk)
-        # per tier, the persistent tiers below it: a copy there makes one here durable
-        self._persistent_below = [frozenset(p for p in self._persistent if p > i)
-                                  for i in range(len(tiers))]
+        # every decision and the index behind it; the names below are its own containers
+        self._plan = Planner(self._models, eviction, prefetch,
+                             prefetch_depth=config.prefetch_depth)
+        self._policies = self._plan.policies
+        self._memory = self._plan.memory
+        self._persistent = self._plan.persistent
+        self._persistent_below = self._plan.persistent_below
+        self._index = self._plan.index
+        self._nbytes = self._plan.nbytes
+        self._resident = self._plan.resident
+        self._clean = self._plan.clean
         # memory tiers whose lanes copy inside a context of theirs (a device's side stream)
         self._contexts = frozenset(i for i, m in enumerate(self._models) if m.context)
-        self._signals = 0  # predictor events so far: the forecast is memoised on it
-        self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
-        self._resident: list[dict[Key, Entry]] = [{} for _ in tiers]  # copies per tier
-        # copies with a copy deeper down (clean: what eviction may choose from), per tier
-        self._clean: list[dict[Key, Entry]] = [{} for _ in tiers]
-        # the eviction forecast looks this far ahead: anything later than what all memory
-        # tiers hold is "far" alike (ties then go by recency)
-        self._horizon = sum(self._models[i].capacity_bytes or 0 for i in self._mem)
-        # ...and at most this many keys ahead: a forecast is recomputed per event, so its
-        # cost must not grow with the number of states memory holds; further keys are
-        # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
-        self._horizon_keys = max(HORIZON_KEYS, 16 * config.prefetch_depth)
         self._demand_reads = 0  # revisits reading from a persistent tier right now
         self._store_waiters = 0  # stores waiting for room right now
         self._ahead = 0  # prefetched copies not yet revisited
         self._cond = threading.Condition()
-        self._index: dict[Key, Entry] = {}
-        self._nbytes: dict[Key, int] = {}  # payload bytes per indexed key (forecast sizes)
         self._errors: list[tuple[BaseException, str, tuple[Key, ...]]] = []
         self._closed = False
-        self._clock = 0.0
         self._next_version = 1
         self._stats = CacheStats(tiers={t.name: TierStats(capacity_bytes=t.capacity_bytes)
                                         for t in tiers})
@@ -172,8 +146,7 @@ class EngineCore:
 
     # ----------------------------------------------------------------- small helpers
     def _tick(self) -> float:
-        self._clock += 1.0
-        return self._clock
+        return self._plan.tick()
 
     def _tstats(self, tier: int) -> TierStats:
         return self._stats.tiers[self._tiers[tier].name]
@@ -221,69 +194,31 @@ class EngineCore:
     def _signal(self, signal: Signal, key: Key | None, *, nbytes: int = 0,
                 hints: tuple[Key, ...] = ()) -> None:
         """Tell the predictor (under the lock)."""
-        self._predictor.observe(signal, key, ctx=EventContext(nbytes=nbytes, now=self._tick(),
-                                                              hints=hints))
-        self._signals += 1
-
-    def _sizes(self) -> Mapping[Key, int]:
-        return self._nbytes
+        self._plan.signal(signal, key, nbytes=nbytes, hints=hints)
 
     def _index_put(self, entry: Entry) -> None:
-        self._index[entry.key] = entry
-        self._nbytes[entry.key] = entry.meta.nbytes
+        self._plan.put(entry)
 
     def _index_pop(self, key: Key) -> Entry:
-        del self._nbytes[key]
-        return self._index.pop(key)
-
-    def _predict(self, budget: float) -> list[Key]:
-        keys = self._predictor.predict(ctx=PredictContext(
-            sizes=self._sizes(), budget_bytes=budget, now=self._clock,
-            max_keys=self._horizon_keys))
-        return keys[:self._horizon_keys]  # a custom predictor may not stop there itself
+        return self._plan.pop(key)
 
     def _forecast_keys(self) -> list[Key]:
         """Return the coming revisits within the horizon, soonest first (memoised)."""
-        if self._forecast[0] != self._signals:
-            keys = self._predict(self._horizon)
-            self._forecast = (self._signals, keys, {k: i for i, k in enumerate(keys)})
-        return self._forecast[1]
-
-    def _next_use(self) -> dict[Key, int]:
-        """Forecast position of every key expected again (memoised until the next event)."""
-        self._forecast_keys()
-        return self._forecast[2]
+        return self._plan.forecast_keys()
 
     def _add_copy(self, entry: Entry, copy: Copy) -> None:
-        entry.copies[copy.tier] = copy
-        self._resident[copy.tier][entry.key] = entry
-        deepest = max(entry.copies)
-        for tier in entry.copies:
-            if tier < deepest:
-                self._clean[tier][entry.key] = entry
-        self._policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
-            nbytes=entry.meta.nbytes, now=self._tick()))
+        self._plan.add_copy(entry, copy)
         self._tstats(copy.tier).entries += 1
 
     def _drop_copy(self, entry: Entry, tier: int) -> Record | None:
         """Forget ``entry``'s copy in ``tier``; return a record whose file must be deleted."""
-        copy = entry.copies.pop(tier)
-        key = entry.key
-        if self._resident[tier].get(key) is entry:
-            del self._resident[tier][key]
-        if self._clean[tier].get(key) is entry:
-            del self._clean[tier][key]
-        deepest = max(entry.copies, default=-1)
-        if 0 <= deepest < tier and self._clean[deepest].get(key) is entry:  # none below now
-            del self._clean[deepest][key]
+        copy = self._plan.drop_copy(entry, tier)
         if copy.prefetched and not copy.used:
             self._stats.wasted_prefetches += 1
             self._ahead -= 1
-        self._policies[tier].observe("remove", entry.key, ctx=EventContext(now=self._tick()))
         self._tstats(tier).entries -= 1
         if copy.extent is not None:
-            t = self._mem[tier]
-            t.free(copy.extent)
+            self._mem[tier].free(copy.extent)
         return copy.record
 
     def _unpin(self, entry: Entry, copy: Copy) -> list[tuple[int, Record]]:
@@ -355,52 +290,19 @@ class EngineCore:
     # ----------------------------------------------------------------- room
     def _evict_one(self, tier: int, need: int, limit: float = -1.0,
                    ahead: int = 0) -> Record | None | bool:
-        """Evict one clean copy from ``tier``; False if none can go.
+        """Evict what the planner chooses from ``tier`` (:meth:`Planner.victims`).
 
-        ``limit``: only copies forecast to be used after that position may go (a prefetch
-        must not push out what is needed sooner than what it brings in). ``ahead``: from the
-        same scan, evict the next victims too while their bytes add up to at most that, for
-        a memory tier (the stores that come next find room: one scan serves several).
+        Returns ``False`` if nothing could go, else the first victim's file record (or
+        ``True`` for a memory copy, which has none).
         """
-        candidates, ctx = self._candidates(tier, need, limit)
-        policy = self._policies[tier]
-        evicted: Record | None | bool = False  # the first victim's file, or True
-        while candidates:
-            victim = policy.victim(candidates, ctx=ctx)
-            if victim is None or victim not in candidates:
-                break
-            if evicted is not False:  # one more, for the stores to come
-                ahead -= self._nbytes[victim]
-                copy = self._index[victim].copies[tier]
-                if ahead < 0 or (copy.prefetched and not copy.used):
-                    break  # a prefetch not yet read is not given up for a store to come
+        victims = self._plan.victims(tier, need, limit, ahead)
+        first: Record | None | bool = False
+        for key in victims:
             self._tstats(tier).evictions += 1
-            record = self._drop_copy(self._index[victim], tier)
-            if evicted is False:  # only a persistent tier's copy has a file to delete
-                evicted = record if record is not None else True
-            if ahead <= 0:
-                break
-            candidates.remove(victim)
-        return evicted
-
-    def _candidates(self, tier: int, need: int, limit: float) -> tuple[list[Key], VictimContext]:
-        """Return the copies of ``tier`` that may be evicted and what the policy knows."""
-        next_use = self._next_use()
-        candidates: list[Key] = []
-        durable: set[Key] = set()
-        consumed: set[Key] = set()
-        below = self._persistent_below[tier]
-        for key, entry in self._clean[tier].items():  # one pass: this runs per eviction
-            copies = entry.copies
-            if copies[tier].pins or (limit >= 0 and next_use.get(key, NEVER) <= limit):
-                continue
-            candidates.append(key)
-            if not below.isdisjoint(copies):
-                durable.add(key)
-            if entry.consumed:
-                consumed.add(key)
-        return candidates, VictimContext(need_bytes=need, now=self._clock, next_use=next_use,
-                                         durable=durable, consumed=consumed)
+            record = self._drop_copy(self._index[key], tier)
+            if first is False:  # only a persistent tier's copy has a file to delete
+                first = record if record is not None else True
+        return first
 
     def _reserve(self, tier: int, nbytes: int, *, wait: bool, caller: bool = False,
                  limit: float = -1.0, entry: Entry | None = None) -> Any:

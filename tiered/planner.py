@@ -1,0 +1,205 @@
+"""The planner: the cache's decisions and the state behind them, with no threads, locks or I/O.
+
+It owns the index (each key's entry and its copies per tier, which copies are clean), is
+the only caller of the eviction policies and the predictor, and keeps the forecast and a
+logical clock. An executor tells it what happened (a copy added or dropped, an access, a
+store, revisit, discard or hint) and asks it what to do (which copies to evict, what comes
+next); it carries the answer out itself: memory, files, threads and errors are its own.
+
+Not thread-safe: the threaded cache calls it under its metadata lock.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+from collections.abc import Mapping, Sequence
+
+from tiered.index import Copy, Entry
+from tiered.keys import Key
+from tiered.policies.base import (
+    NEVER,
+    EventContext,
+    EvictionPolicy,
+    PolicySpec,
+    PredictContext,
+    PredictorSpec,
+    Signal,
+    VictimContext,
+    make_eviction,
+    make_predictor,
+)
+from tiered.tiers.base import TierModel
+
+HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Planner.horizon_keys)
+
+
+def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
+    first = make_eviction(spec)
+    if isinstance(spec, str) or first is not spec:
+        return [first] + [make_eviction(spec) for _ in range(count - 1)]
+    return [first] + [_copy.deepcopy(first) for _ in range(count - 1)]  # one state per tier
+
+
+class Planner:
+    """Decisions over a list of modelled tiers (see the module docstring).
+
+    Parameters
+    ----------
+    models : sequence of TierModel
+        What each tier declares, fastest first.
+    eviction, prefetch
+        As for :class:`tiered.Cache`.
+    prefetch_depth : int
+        Prefetched copies held ahead of the reader; the forecast looks at least 16 times as
+        far (and at least :data:`HORIZON_KEYS` keys).
+    """
+
+    def __init__(self, models: Sequence[TierModel], eviction: PolicySpec,
+                 prefetch: PredictorSpec, *, prefetch_depth: int) -> None:
+        self.models = list(models)
+        self.memory = [i for i, m in enumerate(self.models) if m.memory]
+        self.persistent = frozenset(i for i, m in enumerate(self.models) if m.persistent)
+        # per tier, the persistent tiers below it: a copy there makes one here durable
+        self.persistent_below = [frozenset(p for p in self.persistent if p > i)
+                                 for i in range(len(self.models))]
+        self.policies = _policies(eviction, len(self.models))
+        self.predictor = make_predictor(prefetch)
+        self.index: dict[Key, Entry] = {}
+        self.nbytes: dict[Key, int] = {}  # payload bytes per indexed key (forecast sizes)
+        self.resident: list[dict[Key, Entry]] = [{} for _ in self.models]  # copies per tier
+        # copies with a copy deeper down (clean: what eviction may choose from), per tier
+        self.clean: list[dict[Key, Entry]] = [{} for _ in self.models]
+        # the eviction forecast looks this far ahead: anything later than what all memory
+        # tiers hold is "far" alike (ties then go by recency)
+        self.horizon = sum(self.models[i].capacity_bytes or 0 for i in self.memory)
+        # ...and at most this many keys ahead: a forecast is recomputed per event, so its
+        # cost must not grow with the number of states memory holds; further keys are
+        # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
+        self.horizon_keys = max(HORIZON_KEYS, 16 * prefetch_depth)
+        self.clock = 0.0
+        self._signals = 0  # predictor events so far: the forecast is memoised on it
+        self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
+
+    # ----------------------------------------------------------------- events
+    def tick(self) -> float:
+        """Advance the logical clock; return the new time."""
+        self.clock += 1.0
+        return self.clock
+
+    def signal(self, signal: Signal, key: Key | None, *, nbytes: int = 0,
+               hints: tuple[Key, ...] = ()) -> None:
+        """Tell the predictor of a store, revisit, discard, hint or rollback."""
+        self.predictor.observe(signal, key, ctx=EventContext(nbytes=nbytes, now=self.tick(),
+                                                             hints=hints))
+        self._signals += 1
+
+    def put(self, entry: Entry) -> None:
+        """Index ``entry`` as its key's current version."""
+        self.index[entry.key] = entry
+        self.nbytes[entry.key] = entry.meta.nbytes
+
+    def pop(self, key: Key) -> Entry:
+        """Remove ``key``'s current entry from the index and return it."""
+        del self.nbytes[key]
+        return self.index.pop(key)
+
+    def add_copy(self, entry: Entry, copy: Copy) -> None:
+        """Record a new copy of ``entry`` (the tier's policy sees it inserted)."""
+        entry.copies[copy.tier] = copy
+        self.resident[copy.tier][entry.key] = entry
+        deepest = max(entry.copies)
+        for tier in entry.copies:
+            if tier < deepest:
+                self.clean[tier][entry.key] = entry
+        self.policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
+            nbytes=entry.meta.nbytes, now=self.tick()))
+
+    def drop_copy(self, entry: Entry, tier: int) -> Copy:
+        """Forget ``entry``'s copy in ``tier`` and return it (its bytes are the caller's)."""
+        copy = entry.copies.pop(tier)
+        key = entry.key
+        if self.resident[tier].get(key) is entry:
+            del self.resident[tier][key]
+        if self.clean[tier].get(key) is entry:
+            del self.clean[tier][key]
+        deepest = max(entry.copies, default=-1)
+        if 0 <= deepest < tier and self.clean[deepest].get(key) is entry:  # none below now
+            del self.clean[deepest][key]
+        self.policies[tier].observe("remove", key, ctx=EventContext(now=self.tick()))
+        return copy
+
+    def access(self, entry: Entry, tier: int) -> None:
+        """Record that a revisit was served from ``entry``'s copy in ``tier``."""
+        self.policies[tier].observe("access", entry.key, ctx=EventContext(
+            nbytes=entry.meta.nbytes, now=self.tick()))
+
+    # ----------------------------------------------------------------- decisions
+    def sizes(self) -> Mapping[Key, int]:
+        """Return every indexed key with its payload bytes."""
+        return self.nbytes
+
+    def predict(self, budget: float) -> list[Key]:
+        """Return the coming revisits within ``budget`` bytes, soonest first."""
+        keys = self.predictor.predict(ctx=PredictContext(
+            sizes=self.nbytes, budget_bytes=budget, now=self.clock,
+            max_keys=self.horizon_keys))
+        return keys[:self.horizon_keys]  # a custom predictor may not stop there itself
+
+    def forecast_keys(self) -> list[Key]:
+        """Return the coming revisits within the horizon, soonest first (memoised)."""
+        if self._forecast[0] != self._signals:
+            keys = self.predict(self.horizon)
+            self._forecast = (self._signals, keys, {k: i for i, k in enumerate(keys)})
+        return self._forecast[1]
+
+    def next_use(self) -> dict[Key, int]:
+        """Return each forecast key's position (memoised until the next event)."""
+        self.forecast_keys()
+        return self._forecast[2]
+
+    def candidates(self, tier: int, need: int, limit: float) -> tuple[list[Key], VictimContext]:
+        """Return the copies of ``tier`` that may be evicted and what the policy knows.
+
+        Clean, unpinned copies; with ``limit`` >= 0 only those forecast after that position.
+        """
+        next_use = self.next_use()
+        candidates: list[Key] = []
+        durable: set[Key] = set()
+        consumed: set[Key] = set()
+        below = self.persistent_below[tier]
+        for key, entry in self.clean[tier].items():  # one pass: this runs per eviction
+            copies = entry.copies
+            if copies[tier].pins or (limit >= 0 and next_use.get(key, NEVER) <= limit):
+                continue
+            candidates.append(key)
+            if not below.isdisjoint(copies):
+                durable.add(key)
+            if entry.consumed:
+                consumed.add(key)
+        return candidates, VictimContext(need_bytes=need, now=self.clock, next_use=next_use,
+                                         durable=durable, consumed=consumed)
+
+    def victims(self, tier: int, need: int, limit: float = -1.0, ahead: int = 0) -> list[Key]:
+        """Return the keys whose copies in ``tier`` to evict, in order (none: nothing may go).
+
+        One victim for ``need`` bytes, then more while their bytes add up to at most
+        ``ahead`` (room for the stores to come, from the same scan), stopping at a
+        prefetched copy not yet read. ``limit``: as for :meth:`candidates`.
+        """
+        candidates, ctx = self.candidates(tier, need, limit)
+        policy = self.policies[tier]
+        chosen: list[Key] = []
+        while candidates:
+            victim = policy.victim(candidates, ctx=ctx)
+            if victim is None or victim not in candidates:
+                break
+            if chosen:  # one more, for the stores to come
+                ahead -= self.nbytes[victim]
+                copy = self.index[victim].copies[tier]
+                if ahead < 0 or (copy.prefetched and not copy.used):
+                    break  # a prefetch not yet read is not given up for a store to come
+            chosen.append(victim)
+            if ahead <= 0:
+                break
+            candidates.remove(victim)
+        return chosen
