@@ -12,7 +12,7 @@ Not thread-safe: the threaded cache calls it under its metadata lock.
 from __future__ import annotations
 
 import copy as _copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from tiered.index import Copy, Entry
 from tiered.keys import Key
@@ -52,10 +52,14 @@ class Planner:
     prefetch_depth : int
         Prefetched copies held ahead of the reader; the forecast looks at least 16 times as
         far (and at least :data:`HORIZON_KEYS` keys).
+    horizon : float, optional
+        Bytes of coming revisits the eviction forecast looks at; by default what the memory
+        tiers hold (later keys are "far" alike).
     """
 
     def __init__(self, models: Sequence[TierModel], eviction: PolicySpec,
-                 prefetch: PredictorSpec, *, prefetch_depth: int) -> None:
+                 prefetch: PredictorSpec, *, prefetch_depth: int,
+                 horizon: float | None = None) -> None:
         self.models = list(models)
         self.memory = [i for i, m in enumerate(self.models) if m.memory]
         self.persistent = frozenset(i for i, m in enumerate(self.models) if m.persistent)
@@ -69,9 +73,11 @@ class Planner:
         self.resident: list[dict[Key, Entry]] = [{} for _ in self.models]  # copies per tier
         # copies with a copy deeper down (clean: what eviction may choose from), per tier
         self.clean: list[dict[Key, Entry]] = [{} for _ in self.models]
+        # what all memory tiers hold: the most a prefetch brings up ahead of the reader
+        self.memory_bytes = sum(self.models[i].capacity_bytes or 0 for i in self.memory)
         # the eviction forecast looks this far ahead: anything later than what all memory
         # tiers hold is "far" alike (ties then go by recency)
-        self.horizon = sum(self.models[i].capacity_bytes or 0 for i in self.memory)
+        self.horizon: float = self.memory_bytes if horizon is None else horizon
         # ...and at most this many keys ahead: a forecast is recomputed per event, so its
         # cost must not grow with the number of states memory holds; further keys are
         # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
@@ -178,6 +184,22 @@ class Planner:
                 consumed.add(key)
         return candidates, VictimContext(need_bytes=need, now=self.clock, next_use=next_use,
                                          durable=durable, consumed=consumed)
+
+    def prefetch_order(self) -> Iterator[tuple[int, Entry]]:
+        """Yield the forecast entries no memory tier holds, with their forecast positions.
+
+        Soonest first, and only while the forecast so far fits in the memory tiers (a
+        prefetch beyond that would push out what is needed sooner). Read lazily: what the
+        caller brings up while iterating is skipped.
+        """
+        total = 0
+        for rank, key in enumerate(self.forecast_keys()):
+            entry = self.index[key]
+            total += entry.meta.nbytes
+            if total > self.memory_bytes:
+                return
+            if not entry.gone and not entry.in_memory(self.memory):
+                yield rank, entry
 
     def victims(self, tier: int, need: int, limit: float = -1.0, ahead: int = 0) -> list[Key]:
         """Return the keys whose copies in ``tier`` to evict, in order (none: nothing may go).

@@ -91,17 +91,10 @@ class PrefetchEngine(EngineCore):
             self._cond.wait(PUMP_WAIT_BOUND_S)
         if self._closed or self._ahead >= self._config.prefetch_depth:
             return None
-        budget = sum(self._tiers[i].capacity_bytes or 0 for i in self._memory)
-        total = 0
-        for rank, key in enumerate(self._forecast_keys()):  # shared with eviction
-            entry = self._index[key]
-            total += entry.meta.nbytes
-            if total > budget:
-                return None  # beyond what the memory tiers can hold
+        for rank, entry in self._plan.prefetch_order():  # the forecast eviction shares
             tried = entry.prefetch
-            if entry.gone or entry.in_memory(self._memory) or (tried is not None and (
-                    not tried.done() or tried.exception() is not None)):
-                continue  # up already, on its way, or failed once (the demand read reports)
+            if tried is not None and (not tried.done() or tried.exception() is not None):
+                continue  # on its way, or failed once (the demand read reports it)
             src = entry.fastest()
             if self._reading[src.tier] >= self._readers[src.tier]:
                 return None  # its tier's readers are busy: the next read waits for one

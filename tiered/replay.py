@@ -1,32 +1,31 @@
-"""Replay a trace of stores and revisits against the real policies, inline and deterministic.
+"""Replay a trace of stores and revisits through the planner, inline and deterministic.
 
-This is the inline executor: the same eviction policy and predictor objects the cache uses,
-driven one event at a time over a modelled fast tier of ``capacity`` equal-size slots above
-a durable tier that holds everything. No threads, no clock, no I/O, so a trace always gives
-the same hits. ``tiered bench revisit --trace`` and the policy tests use it; the simulator
-of a later issue can build on it.
+The inline executor of :class:`~tiered.planner.Planner`, the one the threaded cache drives:
+a modelled fast tier of ``capacity`` equal-size slots above a durable tier that holds
+everything. Every decision (which copy to evict, what to bring up next, in what order) is
+the planner's; this module only carries them out on its model, one event at a time. No
+threads, no clock, no I/O, so a trace always gives the same hits. ``tiered bench revisit
+--trace`` and the policy tests use it; a simulator of many modelled ranks builds on it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
-from tiered.policies.base import (
-    NEVER,
-    EventContext,
-    EvictionPolicy,
-    PolicySpec,
-    PredictContext,
-    Predictor,
-    PredictorSpec,
-    VictimContext,
-    make_eviction,
-    make_predictor,
-)
+import numpy as np
+
+from tiered.arena import PAGE, Arena, Extent
+from tiered.index import Copy, Entry
+from tiered.planner import Planner
+from tiered.policies.base import NEVER, PolicySpec, PredictorSpec
+from tiered.tiers.base import TierModel
+from tiered.values import ValueMeta, flatten
 
 Op = tuple[Literal["store", "revisit", "hint", "rollback"], Any]
+SLOT = PAGE  # bytes of every modelled entry: one slot of the fast tier each
+FAST, DURABLE = 0, 1
 
 
 @dataclasses.dataclass
@@ -46,6 +45,38 @@ class ReplayResult:
         return self.hits / self.revisits if self.revisits else 0.0
 
 
+class _Predictorless:
+    """Stands for ``prefetch=False``: forecasts nothing, and so prefetches nothing."""
+
+    def observe(self, *args: Any, **kw: Any) -> None:
+        """Ignore the event."""
+
+    def predict(self, *, ctx: Any) -> list[Any]:
+        """Forecast nothing."""
+        return []
+
+
+class _Stored:
+    """The keys a replay holds; ``update(keys)`` adds keys stored long ago (cold, durable)."""
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay = replay
+
+    def update(self, keys: Iterable[Any]) -> None:
+        """Hold each of ``keys`` in the durable tier only, as if stored long ago."""
+        for key in keys:
+            self._replay.stored_long_ago(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._replay.planner.index
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._replay.planner.index))
+
+    def __len__(self) -> int:
+        return len(self._replay.planner.index)
+
+
 class Replay:
     """A fast tier of ``capacity`` slots over an unbounded durable tier, driven inline.
 
@@ -59,104 +90,122 @@ class Replay:
         As for :class:`tiered.Cache`; ``False`` turns prefetching off.
     depth : int
         Prefetches the pump may issue after each event (the transfer bandwidth per step).
+    horizon : float
+        How far, in bytes, the eviction forecast looks (:attr:`Planner.horizon`). By default
+        without end, so that Belady sees the whole future it is given; the threaded cache
+        looks as far as its memory tiers hold (pass ``capacity * SLOT`` to model it).
     """
 
     def __init__(self, capacity: int, *, eviction: PolicySpec = "lru",
-                 prefetch: PredictorSpec | Literal[False] = None, depth: int = 1) -> None:
+                 prefetch: PredictorSpec | Literal[False] = None, depth: int = 1,
+                 horizon: float = NEVER) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1 slot, got {capacity}")
         self.capacity, self.depth = capacity, depth
-        self.eviction: EvictionPolicy = make_eviction(eviction)
-        self.predictor: Predictor | None = None if prefetch is False else make_predictor(prefetch)
-        self.held: dict[Any, bool] = {}  # key in the fast tier -> prefetched and not yet used
-        self.known: set[Any] = set()
-        self.consumed: set[Any] = set()
+        models = [TierModel(name="fast", kind="modelled", persistent=False,
+                            capacity_bytes=capacity * SLOT),
+                  TierModel(name="durable", kind="modelled", persistent=True,
+                            capacity_bytes=None)]
+        self.planner = Planner(models, eviction, None if prefetch is False else prefetch,
+                               prefetch_depth=max(depth, 1), horizon=horizon)
+        if prefetch is False:
+            self.planner.predictor = _Predictorless()
+        self.eviction = self.planner.policies[FAST]
+        self.predictor = None if prefetch is False else self.planner.predictor
+        self.known = _Stored(self)
         self.result = ReplayResult()
-        self._now = 0.0
+        self._arena = Arena(capacity * SLOT)
+        self._meta: ValueMeta = flatten(np.zeros(SLOT, np.uint8))[0]
+        self._version = 0
 
-    def _ctx(self, **kw: Any) -> EventContext:
-        self._now += 1
-        return EventContext(nbytes=1, now=self._now, **kw)
+    # ----------------------------------------------------------------- the model
+    def _entry(self, key: Any) -> Entry:
+        self._version += 1
+        entry = Entry(key, self._version, self._meta, DURABLE)
+        self.planner.add_copy(entry, Copy(DURABLE))  # durable at once: the model's rule
+        return entry
 
-    def _forecast(self, budget: float) -> list[Any]:
-        if self.predictor is None:
-            return []
-        return self.predictor.predict(ctx=PredictContext(sizes=dict.fromkeys(self.known, 1),
-                                                         budget_bytes=budget, now=self._now))
+    def stored_long_ago(self, key: Any) -> None:
+        """Hold ``key`` in the durable tier only (cold), as a store from before the trace."""
+        if key not in self.planner.index:
+            self.planner.put(self._entry(key))
 
-    def _make_room(self, limit: float) -> bool:
-        """Evict one entry forecast after ``limit`` (any entry if ``limit`` is -1)."""
-        if len(self.held) < self.capacity:
-            return True
-        next_use = {k: i for i, k in enumerate(self._forecast(NEVER))}
-        pool = {k for k in self.held if next_use.get(k, NEVER) > limit}
-        if not pool:
-            return False
-        victim = self.eviction.victim(pool, ctx=VictimContext(
-            need_bytes=1, now=self._now, next_use=next_use, durable=pool,
-            consumed=pool & self.consumed))
-        if victim not in pool:
-            return False
-        self._drop(victim)
-        self.result.evictions += 1
-        return True
+    def _room(self, limit: float) -> Extent | None:
+        """Reserve a fast slot, evicting what the planner chooses; ``None`` if it may not.
 
-    def _drop(self, key: Any) -> None:
-        if self.held.pop(key):
+        ``limit``: only copies forecast after that position may go (-1: any).
+        """
+        while (extent := self._arena.allocate(SLOT)) is None:
+            victims = self.planner.victims(FAST, SLOT, limit)
+            if not victims:
+                return None
+            for key in victims:
+                self._drop(self.planner.index[key])
+                self.result.evictions += 1
+        return extent
+
+    def _drop(self, entry: Entry) -> None:
+        copy = self.planner.drop_copy(entry, FAST)
+        if copy.prefetched and not copy.used:
             self.result.wasted_prefetches += 1
-        self.eviction.observe("remove", key, ctx=self._ctx())
+        assert copy.extent is not None
+        self._arena.free(copy.extent)
 
-    def _load(self, key: Any, *, prefetched: bool) -> None:
-        self.held[key] = prefetched
-        self.eviction.observe("insert", key, ctx=self._ctx())
+    def _land(self, entry: Entry, extent: Extent, *, prefetched: bool) -> None:
+        self.planner.add_copy(entry, Copy(FAST, extent=extent, prefetched=prefetched))
 
+    # ----------------------------------------------------------------- the trace
     def store(self, key: Any) -> None:
         """Capture ``key`` into the fast tier (a new version replaces the old one)."""
-        if key in self.held:
-            self._drop(key)
-        self._make_room(-1.0)
-        self._load(key, prefetched=False)
-        self.known.add(key)
-        self.consumed.discard(key)
+        old = self.planner.index.get(key)
+        if old is not None:
+            if FAST in old.copies:
+                self._drop(old)
+            self.planner.drop_copy(old, DURABLE)
+            self.planner.pop(key)
+        extent = self._room(-1.0)
+        entry = self._entry(key)
+        if extent is not None:
+            self._land(entry, extent, prefetched=False)
+        self.planner.put(entry)
         self._signal("store", key)
 
     def revisit(self, key: Any) -> bool:
         """Read ``key``; return whether the fast tier had it."""
-        if key not in self.known:
+        entry = self.planner.index.get(key)
+        if entry is None:
             raise KeyError(f"replay: {key!r} was never stored")
         self.result.revisits += 1
-        hit = key in self.held
-        if hit:
+        copy = entry.copies.get(FAST)
+        if copy is not None:
             self.result.hits += 1
-            self.result.prefetch_hits += self.held[key]
-            self.held[key] = False
-            self.eviction.observe("access", key, ctx=self._ctx())
-        elif self._make_room(-1.0):  # demand first: the read lands before any prefetch
-            self._load(key, prefetched=False)
-        self.consumed.add(key)
+            self.result.prefetch_hits += copy.prefetched and not copy.used
+            copy.used = True
+            self.planner.access(entry, FAST)
+        elif (extent := self._room(-1.0)) is not None:  # demand first, then any prefetch
+            self._land(entry, extent, prefetched=False)
+        entry.consumed = True
         self._signal("revisit", key)
-        return hit
-
-    def _signal(self, signal: Any, key: Any, hints: tuple[Any, ...] = ()) -> None:
-        if self.predictor is not None:
-            self.predictor.observe(signal, key, ctx=self._ctx(hints=hints))
-        self._pump()
+        return copy is not None
 
     def hint(self, keys: Iterable[Any], *, rollback: bool = False) -> None:
         """Pass the caller's order to the predictor, as ``Cache.hint`` does."""
         self._signal("rollback" if rollback else "hint", None, tuple(keys))
 
+    def _signal(self, signal: Any, key: Any, hints: tuple[Any, ...] = ()) -> None:
+        self.planner.signal(signal, key, nbytes=SLOT, hints=hints)
+        self._pump()
+
     def _pump(self) -> None:
-        """Issue up to ``depth`` prefetches in forecast order, as the cache's pump does."""
+        """Bring up to ``depth`` entries up, in the planner's prefetch order."""
         issued = 0
-        for rank, key in enumerate(self._forecast(self.capacity)):
+        for rank, entry in self.planner.prefetch_order():
             if issued >= self.depth:
                 return
-            if key in self.held:
-                continue
-            if not self._make_room(rank):
-                return
-            self._load(key, prefetched=True)
+            extent = self._room(rank)
+            if extent is None:
+                return  # later keys are needed later still: they may not push out more
+            self._land(entry, extent, prefetched=True)
             self.result.prefetches += 1
             issued += 1
 
