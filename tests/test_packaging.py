@@ -98,3 +98,21 @@ def _has_torch() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
+
+
+def test_a_tier_model_counts_a_payload_as_its_tier_does(tmp_path):
+    import tiered
+
+    tiers = [tiered.HostTier("1MiB", prefault=False), tiered.DirectoryTier(tmp_path / "d"),
+             *([tiered.HDF5Tier(tmp_path / "h")] if _has_h5py() else [])]
+    for tier in tiers:
+        model = tier.model()
+        for nbytes in (0, 1, 4095, 4096, 4097, 1 << 20, (1 << 20) + 3):
+            assert model.footprint(nbytes) == tier.footprint(nbytes), (tier, nbytes)
+            assert model.fits(nbytes) == tier.fits(nbytes), (tier, nbytes)
+
+
+def _has_h5py() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("h5py") is not None

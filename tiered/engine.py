@@ -26,7 +26,6 @@ from tiered.policies.base import (
     PredictorSpec,
     Signal,
 )
-from tiered.room import hopeless
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import MemoryTier, Record, Tier, by_kind
@@ -152,7 +151,7 @@ class EngineCore:
         return self._stats.tiers[self._tiers[tier].name]
 
     def _home(self, nbytes: int) -> int:
-        return max(i for i, t in enumerate(self._tiers) if t.fits(nbytes))
+        return self._plan.home(nbytes)
 
     def _cancelled(self, entry: Entry | None) -> None:
         """Raise :class:`TransferCancelledError` if a transfer's ``entry`` needs no room now."""
@@ -395,8 +394,7 @@ class EngineCore:
         """Wait once for room in ``tier`` (under the lock), or raise why none will come."""
         t = self._tiers[tier]
         self._cancelled(entry)
-        if watch.due_check() and (reason := hopeless(self._tiers, self._resident, tier,
-                                                     nbytes)):
+        if watch.due_check() and (reason := self._plan.hopeless(tier, nbytes)):
             raise TierFullError(reason)
         watch.log()
         remaining = deadline - time.monotonic()
@@ -429,9 +427,10 @@ class EngineCore:
         self._pending.discard(entry)
         if entry.gone or not entry.dirty or entry.drain is not None or self._closed:
             return
-        deepest = max(entry.copies)
-        dst = next(i for i in range(deepest + 1, entry.home + 1)
-                   if self._tiers[i].fits(entry.meta.nbytes))
+        dst = self._plan.drain_target(entry)
+        if dst is None:  # no tier below takes it (reopened with smaller tiers): it stays
+            log.warning("%r cannot drain: no tier below its copy can hold it", entry.key)
+            return
         entry.drain = self._lanes[dst].submit(self._run_drain, entry, dst)
 
     def _run_drain(self, entry: Entry, dst: int) -> None:

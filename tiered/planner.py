@@ -28,6 +28,7 @@ from tiered.policies.base import (
     make_eviction,
     make_predictor,
 )
+from tiered.room import hopeless, next_tier
 from tiered.tiers.base import TierModel
 
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Planner.horizon_keys)
@@ -200,6 +201,18 @@ class Planner:
                 return
             if not entry.gone and not entry.in_memory(self.memory):
                 yield rank, entry
+
+    def home(self, nbytes: int) -> int:
+        """Return the deepest tier that can hold ``nbytes``: where an entry is durable."""
+        return max(i for i, m in enumerate(self.models) if m.fits(nbytes))
+
+    def drain_target(self, entry: Entry) -> int | None:
+        """Return the tier a dirty ``entry`` drains into next (``None``: none can take it)."""
+        return next_tier(self.models, entry)
+
+    def hopeless(self, tier: int, nbytes: int) -> str | None:
+        """Say why ``nbytes`` can never fit ``tier`` by waiting, or return ``None``."""
+        return hopeless(self.models, self.resident, tier, nbytes)
 
     def victims(self, tier: int, need: int, limit: float = -1.0, ahead: int = 0) -> list[Key]:
         """Return the keys whose copies in ``tier`` to evict, in order (none: nothing may go).

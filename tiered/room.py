@@ -13,16 +13,16 @@ from collections.abc import Mapping, Sequence
 from tiered.index import Entry
 from tiered.keys import Key
 from tiered.sizes import format_size
-from tiered.tiers.base import Tier
+from tiered.tiers.base import TierModel
 
 
-def next_tier(tiers: Sequence[Tier], entry: Entry) -> int | None:
+def next_tier(tiers: Sequence[TierModel], entry: Entry) -> int | None:
     """Return the tier a dirty ``entry`` drains into next (``None``: none can take it)."""
     return next((i for i in range(max(entry.copies) + 1, entry.home + 1)
                  if tiers[i].fits(entry.meta.nbytes)), None)
 
 
-def held_bytes(tier: Tier, entry: Entry, index: int) -> int:
+def held_bytes(tier: TierModel, entry: Entry, index: int) -> int:
     """Return the capacity ``entry``'s copy in tier ``index`` really takes there.
 
     A persistent tier counts an object's file (its record's size), a memory tier the
@@ -34,7 +34,7 @@ def held_bytes(tier: Tier, entry: Entry, index: int) -> int:
     return tier.footprint(entry.meta.nbytes)
 
 
-def stuck_bytes(tiers: Sequence[Tier], resident: Sequence[Mapping[Key, Entry]]) -> list[int]:
+def stuck_bytes(tiers: Sequence[TierModel], resident: Sequence[Mapping[Key, Entry]]) -> list[int]:
     """Return, per tier, the bytes held by copies that no wait will move out.
 
     Copies of discarded entries, copies with a copy below (evictable once unpinned) and
@@ -52,14 +52,14 @@ def stuck_bytes(tiers: Sequence[Tier], resident: Sequence[Mapping[Key, Entry]]) 
     return stuck
 
 
-def _full(tiers: Sequence[Tier], stuck: list[int], tier: int | None, nbytes: int) -> bool:
+def _full(tiers: Sequence[TierModel], stuck: list[int], tier: int | None, nbytes: int) -> bool:
     if tier is None:  # no tier below takes it (a cache reopened with smaller tiers)
         return True
     capacity = tiers[tier].capacity_bytes
     return capacity is not None and capacity - stuck[tier] < tiers[tier].footprint(nbytes)
 
 
-def hopeless(tiers: Sequence[Tier], resident: Sequence[Mapping[Key, Entry]], tier: int,
+def hopeless(tiers: Sequence[TierModel], resident: Sequence[Mapping[Key, Entry]], tier: int,
              nbytes: int) -> str | None:
     """Say why ``nbytes`` can never fit ``tier`` by waiting, or return ``None``."""
     stuck = stuck_bytes(tiers, resident)

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tiered.arena import Arena, Extent
+from tiered.arena import PAGE, Arena, Extent
 from tiered.checksum import ALGORITHM, check_algorithm, checksum
 from tiered.errors import CorruptDataError, TierFullError
 from tiered.forks import on_child
@@ -121,6 +121,9 @@ class TierModel:
         Objects that may be read from / written to it at once.
     context : bool
         Its lanes copy inside a context of its own (a device's side stream).
+    page_bytes, overhead_bytes : int
+        How a payload is counted against the capacity (:meth:`footprint`): rounded up to
+        whole pages of ``page_bytes`` (at least one), plus ``overhead_bytes``.
     """
 
     name: str
@@ -130,11 +133,24 @@ class TierModel:
     readers: int = 1
     writers: int = 1
     context: bool = False
+    page_bytes: int = 1
+    overhead_bytes: int = 0
 
     @property
     def memory(self) -> bool:
         """Whether it is a memory tier (not persistent)."""
         return not self.persistent
+
+    def footprint(self, nbytes: int) -> int:
+        """Return the capacity a payload of ``nbytes`` takes here (as the tier counts it)."""
+        page = self.page_bytes
+        if page == 1:  # counted in bytes, as a persistent tier counts its files
+            return nbytes + self.overhead_bytes
+        return max(page, -(-nbytes // page) * page) + self.overhead_bytes  # a page at least
+
+    def fits(self, nbytes: int) -> bool:
+        """Return whether a value of ``nbytes`` could ever fit."""
+        return self.capacity_bytes is None or self.footprint(nbytes) <= self.capacity_bytes
 
 
 class Tier(abc.ABC):
@@ -145,12 +161,15 @@ class Tier(abc.ABC):
     context: ClassVar[bool] = False  # lanes copy inside :meth:`MemoryTier.background`
     writers = 1  # objects that may be written here at once (a hint for its lane)
     readers = 1  # objects the prefetcher may read from here at once
+    page_bytes: ClassVar[int] = 1  # a payload is counted in whole units of this
+    overhead_bytes: ClassVar[int] = 0  # ...plus this, per object
 
     def model(self) -> TierModel:
         """Return what this tier declares about itself (see :class:`TierModel`)."""
         return TierModel(name=self.name, kind=self.kind, persistent=self.persistent,
                          capacity_bytes=self.capacity_bytes, readers=self.readers,
-                         writers=self.writers, context=self.context)
+                         writers=self.writers, context=self.context,
+                         page_bytes=self.page_bytes, overhead_bytes=self.overhead_bytes)
 
     def __init__(self, *, capacity: int | str | None, name: str) -> None:
         self.capacity_bytes = parse_size(capacity, name="capacity")
@@ -187,6 +206,8 @@ class Tier(abc.ABC):
 
 class MemoryTier(Tier):
     """A tier over one pre-allocated buffer carved into page-aligned extents."""
+
+    page_bytes = PAGE
 
     def __init__(self, *, capacity: int | str, name: str) -> None:
         super().__init__(capacity=capacity, name=name)
