@@ -431,7 +431,7 @@ class Cache(PrefetchEngine):
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError(f"flush: {len(futures)} transfers still running")
                 concurrent.futures.wait(futures, timeout=remaining)
-            if not futures and not self._settle_deletes(deadline):
+            if not futures and not self._deletions.settle(deadline):
                 raise TimeoutError("flush: deletions of discarded files still running")
             self._raise_errors("flush", done=True)  # after this round settled: reported once
             if not futures:
@@ -452,7 +452,7 @@ class Cache(PrefetchEngine):
                 lane.shutdown(cancel=True)
             if self._read_lane is not None:  # after the pump, which feeds it; a queued
                 self._read_lane.shutdown(cancel=False)  # read holds room: let it finish
-            self._deleter.shutdown(cancel=False)  # what was discarded stays discarded
+            self._deletions.shutdown()  # what was discarded stays discarded
             for tier in self._tiers:
                 tier.close()
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiered.config import CacheConfig
+from tiered.deletion import Deletions
 from tiered.errors import BackgroundError, CacheClosedError, TierFullError
 from tiered.index import Copy, Entry
 from tiered.keys import Key
@@ -84,7 +85,7 @@ class _Watch:
         drains = sum(entry.drain is not None for entry in e._index.values())
         log.warning("%s has waited %.1f s for %s in %s: %d drains and %d deletions in flight "
                     "can make room (full_timeout_s=%g)", self._who, waited,
-                    format_size(self._nbytes), self._tier, drains, e._deleting,
+                    format_size(self._nbytes), self._tier, drains, e._deletions.pending,
                     e._config.full_timeout_s)
 
 
@@ -137,8 +138,7 @@ class EngineCore:
         pool = sum(m.readers for m in self._models if m.persistent)
         self._read_lane = (Lane("read", pool) if max(self._readers, default=1) > 1
                            else None)
-        self._deleter = Lane("delete")  # discarded files go in the background
-        self._deleting = 0  # deletions queued or running
+        self._deletions = Deletions(self._disk, self._cond, self._failed)
         self._pending = Pending(len(tiers))  # lazy write-back: stores not yet draining
         # copies lent out as views (revisit(copy=False)) whose views are all gone
         self._returned: collections.deque[tuple[Entry, Copy]] = collections.deque()
@@ -242,49 +242,8 @@ class EngineCore:
         self._delete(doomed)
 
     def _delete(self, doomed: Sequence[tuple[int, Record]], *, now: bool = False) -> None:
-        """Delete persistent records: on the delete lane, or here when ``now``.
-
-        ``now`` is for room a write is about to need; otherwise the caller does not wait
-        for the unlink (a metadata operation per file). Paths carry the version, so a pending
-        deletion never touches a newer store of the same key.
-        """
-        if not doomed:
-            return
-        if now or self._closed:
-            self._unlink(doomed)
-            return
-        with self._cond:
-            self._deleting += 1
-        self._deleter.submit(self._run_delete, list(doomed))
-
-    def _unlink(self, doomed: Sequence[tuple[int, Record]]) -> None:
-        for tier, record in doomed:
-            t = self._disk[tier]
-            t.delete(record)
-
-    def _run_delete(self, doomed: list[tuple[int, Record]]) -> None:
-        try:
-            self._unlink(doomed)
-        except BaseException as exc:
-            log.error("deleting %d discarded object(s) failed: %s", len(doomed), exc)
-            with self._cond:
-                self._failed(exc, f"deleting {len(doomed)} discarded object(s)",
-                             tuple(record.key for _, record in doomed))
-            raise
-        finally:
-            with self._cond:
-                self._deleting -= 1
-                self._cond.notify_all()  # a bounded tier may have room now
-
-    def _settle_deletes(self, deadline: float | None) -> bool:
-        """Wait until queued deletions are done; False if ``deadline`` passed first."""
-        with self._cond:
-            while self._deleting:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._cond.wait(1.0 if remaining is None else min(remaining, 1.0))
-        return True
+        """Delete persistent records, in the background or (``now``) here."""
+        self._deletions.delete(doomed, now=now or self._closed)
 
     # ----------------------------------------------------------------- room
     def _evict_one(self, tier: int, need: int, limit: float = -1.0,
