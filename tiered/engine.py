@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tiered import recovery
 from tiered.config import CacheConfig
 from tiered.deletion import Deletions
 from tiered.errors import BackgroundError, CacheClosedError, TierFullError
@@ -30,7 +31,6 @@ from tiered.policies.base import (
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import MemoryTier, Record, Tier, by_kind
-from tiered.values import ValueMeta
 from tiered.writeback import Pending
 
 log = logging.getLogger(__name__)
@@ -530,32 +530,15 @@ class EngineCore:
 
     def _recover(self) -> list[str]:
         """Rebuild the index from the persistent tiers (this is restart)."""
-        problems: list[str] = []
-        found: dict[Key, list[tuple[int, Record]]] = {}
-        for i, tier in sorted(self._disk.items()):
-            report = tier.scan()
-            problems += report.problems
-            for record in report.records:
-                found.setdefault(record.key, []).append((i, record))
-        for key, copies in found.items():
-            self._recover_entry(key, copies)
-        for problem in problems:
-            log.warning("recovery: %s", problem)
+        found, problems = recovery.scan(self._disk)
+        for entry, copies in recovery.entries(found, self._home):
+            for copy in copies:
+                self._add_copy(entry, copy)
+            self._index_put(entry)
+            self._next_version = max(self._next_version, entry.version + 1)
+            if entry.dirty:
+                self._schedule_drain(entry)
+            elif entry.superseded:
+                self._delete(entry.superseded)
+                entry.superseded = []
         return problems
-
-    def _recover_entry(self, key: Key, copies: list[tuple[int, Record]]) -> None:
-        newest = max(r.version for _, r in copies)
-        current = [(i, r) for i, r in copies if r.version == newest]
-        meta: ValueMeta = current[0][1].meta
-        entry = Entry(key, newest, meta, self._home(meta.nbytes),
-                      checksums=current[0][1].checksums)
-        entry.superseded = [(i, r) for i, r in copies if r.version != newest]
-        for i, record in current:
-            self._add_copy(entry, Copy(i, record=record))
-        self._index_put(entry)
-        self._next_version = max(self._next_version, newest + 1)
-        if entry.dirty:
-            self._schedule_drain(entry)
-        elif entry.superseded:
-            self._delete(entry.superseded)
-            entry.superseded = []
