@@ -30,11 +30,10 @@ from tiered.policies.base import (
 )
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
-from tiered.tiers.base import MemoryTier, Record, Tier, by_kind
+from tiered.tiers.base import Record, Tier, by_kind
 from tiered.writeback import Pending
 
 log = logging.getLogger(__name__)
-EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see _ahead_bytes)
 WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
 HOPELESS_EVERY_S = 0.05  # a waiter asks again at most this often whether room can come
 
@@ -283,7 +282,7 @@ class EngineCore:
             extent = t.allocate(nbytes)
             if extent is not None:
                 return extent
-            if self._evict_one(tier, nbytes, limit, self._ahead_bytes(t, nbytes) if caller
+            if self._evict_one(tier, nbytes, limit, self._plan.ahead_bytes(tier, nbytes) if caller
                                else 0) is not False:
                 continue
             if self._returned:  # lent copies given back since: unpin them and look again
@@ -305,15 +304,6 @@ class EngineCore:
                     self._cond.notify_all()  # the prefetch pump stands aside until now
             if caller:
                 self._stats.blocked_s += time.perf_counter() - started
-
-    @staticmethod
-    def _ahead_bytes(tier: MemoryTier, nbytes: int) -> int:
-        """Bytes a store that must evict frees beyond its own (for the stores after it).
-
-        :data:`EVICT_AHEAD` stores like it, within a sixteenth of the tier: with many small
-        states one scan serves several stores; with large ones nothing more goes.
-        """
-        return min(EVICT_AHEAD * nbytes, (tier.capacity_bytes or 0) // 16)
 
     def _room_persistent(self, tier: int, nbytes: int, *, wait: bool = True,
                          entry: Entry | None = None) -> list[tuple[int, Record]] | None:

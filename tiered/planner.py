@@ -32,6 +32,7 @@ from tiered.room import hopeless, next_tier
 from tiered.tiers.base import TierModel
 
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Planner.horizon_keys)
+EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see ahead_bytes)
 
 
 def _policies(spec: PolicySpec, count: int) -> list[EvictionPolicy]:
@@ -56,11 +57,14 @@ class Planner:
     horizon : float, optional
         Bytes of coming revisits the eviction forecast looks at; by default what the memory
         tiers hold (later keys are "far" alike).
+    horizon_keys : float, optional
+        The most keys a forecast holds; by default max(:data:`HORIZON_KEYS`, 16 *
+        ``prefetch_depth``), so that its cost does not grow with the history.
     """
 
     def __init__(self, models: Sequence[TierModel], eviction: PolicySpec,
                  prefetch: PredictorSpec, *, prefetch_depth: int,
-                 horizon: float | None = None) -> None:
+                 horizon: float | None = None, horizon_keys: float | None = None) -> None:
         self.models = list(models)
         self.memory = [i for i, m in enumerate(self.models) if m.memory]
         self.persistent = frozenset(i for i, m in enumerate(self.models) if m.persistent)
@@ -82,7 +86,8 @@ class Planner:
         # ...and at most this many keys ahead: a forecast is recomputed per event, so its
         # cost must not grow with the number of states memory holds; further keys are
         # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
-        self.horizon_keys = max(HORIZON_KEYS, 16 * prefetch_depth)
+        self.horizon_keys: float = (max(HORIZON_KEYS, 16 * prefetch_depth)
+                                    if horizon_keys is None else horizon_keys)
         self.clock = 0.0
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
@@ -150,7 +155,9 @@ class Planner:
         keys = self.predictor.predict(ctx=PredictContext(
             sizes=self.nbytes, budget_bytes=budget, now=self.clock,
             max_keys=self.horizon_keys))
-        return keys[:self.horizon_keys]  # a custom predictor may not stop there itself
+        if len(keys) > self.horizon_keys:  # a custom predictor may not stop there itself
+            keys = keys[:int(self.horizon_keys)]
+        return keys
 
     def forecast_keys(self) -> list[Key]:
         """Return the coming revisits within the horizon, soonest first (memoised)."""
@@ -201,6 +208,14 @@ class Planner:
                 return
             if not entry.gone and not entry.in_memory(self.memory):
                 yield rank, entry
+
+    def ahead_bytes(self, tier: int, nbytes: int) -> int:
+        """Return the bytes a store that must evict frees beyond its own, for the next ones.
+
+        :data:`EVICT_AHEAD` stores like it, within a sixteenth of the tier: with many small
+        states one scan serves several stores; with large ones nothing more goes.
+        """
+        return min(EVICT_AHEAD * nbytes, (self.models[tier].capacity_bytes or 0) // 16)
 
     def home(self, nbytes: int) -> int:
         """Return the deepest tier that can hold ``nbytes``: where an entry is durable."""

@@ -92,13 +92,17 @@ class Replay:
         Prefetches the pump may issue after each event (the transfer bandwidth per step).
     horizon : float
         How far, in bytes, the eviction forecast looks (:attr:`Planner.horizon`). By default
-        without end, so that Belady sees the whole future it is given; the threaded cache
-        looks as far as its memory tiers hold (pass ``capacity * SLOT`` to model it).
+        without end, in bytes and in keys, so that Belady sees the whole future it is given;
+        the threaded cache looks as far as its memory tiers hold, and at most
+        :data:`~tiered.planner.HORIZON_KEYS` keys (pass ``capacity * SLOT`` to model it).
+    evict_ahead : bool
+        A store that must evict also frees room for the next ones, as the cache's stores do
+        (:meth:`Planner.ahead_bytes`; it matters from 16 slots up). Off by default.
     """
 
     def __init__(self, capacity: int, *, eviction: PolicySpec = "lru",
                  prefetch: PredictorSpec | Literal[False] = None, depth: int = 1,
-                 horizon: float = NEVER) -> None:
+                 horizon: float = NEVER, evict_ahead: bool = False) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1 slot, got {capacity}")
         self.capacity, self.depth = capacity, depth
@@ -107,7 +111,9 @@ class Replay:
                   TierModel(name="durable", kind="modelled", persistent=True,
                             capacity_bytes=None)]
         self.planner = Planner(models, eviction, None if prefetch is False else prefetch,
-                               prefetch_depth=max(depth, 1), horizon=horizon)
+                               prefetch_depth=max(depth, 1), horizon=horizon,
+                               horizon_keys=NEVER if horizon == NEVER else None)
+        self._ahead = self.planner.ahead_bytes(FAST, SLOT) if evict_ahead else 0
         if prefetch is False:
             self.planner.predictor = _Predictorless()
         self.eviction = self.planner.policies[FAST]
@@ -130,13 +136,14 @@ class Replay:
         if key not in self.planner.index:
             self.planner.put(self._entry(key))
 
-    def _room(self, limit: float) -> Extent | None:
+    def _room(self, limit: float, ahead: int = 0) -> Extent | None:
         """Reserve a fast slot, evicting what the planner chooses; ``None`` if it may not.
 
-        ``limit``: only copies forecast after that position may go (-1: any).
+        ``limit``: only copies forecast after that position may go (-1: any). ``ahead``:
+        bytes to free beyond this slot, for the stores to come.
         """
         while (extent := self._arena.allocate(SLOT)) is None:
-            victims = self.planner.victims(FAST, SLOT, limit)
+            victims = self.planner.victims(FAST, SLOT, limit, ahead)
             if not victims:
                 return None
             for key in victims:
@@ -163,7 +170,7 @@ class Replay:
                 self._drop(old)
             self.planner.drop_copy(old, DURABLE)
             self.planner.pop(key)
-        extent = self._room(-1.0)
+        extent = self._room(-1.0, self._ahead)
         entry = self._entry(key)
         if extent is not None:
             self._land(entry, extent, prefetched=False)
