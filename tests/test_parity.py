@@ -125,3 +125,18 @@ def test_a_replay_forecasts_without_end_by_default() -> None:
     replay = Replay(64, eviction="belady", prefetch="reverse", depth=0)
     replay.run([("store", k) for k in range(n)] + [("revisit", n - 1)])
     assert len(replay.planner.forecast_keys()) == n - 1
+
+
+def test_the_planner_places_a_value_in_every_tier_that_fits_it(tmp_path: Path) -> None:
+    from tiered.planner import Planner
+
+    tiers = [tiered.HostTier(4 * SLOT, prefault=False),
+             tiered.DirectoryTier(tmp_path / "small", capacity=3 * SLOT + 8192, name="small"),
+             tiered.DirectoryTier(tmp_path / "big", name="big")]
+    plan = Planner([t.model() for t in tiers], "lru", None, prefetch_depth=1)
+    assert plan.placement(SLOT, spill=False) == [(0, True), (1, False), (2, True)]
+    assert plan.placement(SLOT, spill=True) == [(0, False), (1, False), (2, True)]
+    assert plan.placement(5 * SLOT, spill=False) == [(2, True)]  # only the big one fits
+    assert plan.placement(1 << 40, spill=False) == [(2, True)]
+    for tier in tiers:
+        tier.close()

@@ -99,14 +99,14 @@ class Cache(PrefetchEngine):
         self._enter("store")
         key = canonical_key(key)
         meta, arrays = flatten(value)
-        fits = [i for i, t in enumerate(self._tiers) if t.fits(meta.nbytes)]
-        if not fits:
-            raise TierFullError(f"value for {key!r} needs {format_size(meta.nbytes)}, more "
-                                "than the capacity of every tier; nothing was stored")
         with self._cond:
+            where = self._plan.placement(meta.nbytes, spill=self._config.on_full == "spill")
+            if not where:
+                raise TierFullError(f"value for {key!r} needs {format_size(meta.nbytes)}, "
+                                    "more than the capacity of every tier; nothing was stored")
             version = self._next_version
             self._next_version += 1
-            tier, extent, doomed = self._place(fits, meta.nbytes)
+            tier, extent, doomed = self._place(where, meta.nbytes)
             reserved = 0 if extent is not None else self._tiers[tier].footprint(meta.nbytes)
             self._writing[tier] += reserved
         try:
@@ -128,17 +128,16 @@ class Cache(PrefetchEngine):
             self._signal("store", key, nbytes=meta.nbytes)
             self._storing = True  # the pump idles through a run of stores (captures first)
 
-    def _place(self, fits: list[int], nbytes: int) -> tuple[int, Any, list[tuple[int, Record]]]:
-        """Choose the tier a new value lands in and make room there (under the lock).
+    def _place(self, where: list[tuple[int, bool]],
+               nbytes: int) -> tuple[int, Any, list[tuple[int, Record]]]:
+        """Make room where the planner places a new value (under the lock).
 
-        Every tier makes room by the same rules, memory or persistent: evict clean copies,
-        then wait for drains in the first tier (``on_full="block"``) or try the next one
-        (``"spill"``; the last one waits). Returns the tier, the memory extent reserved
+        ``where``: :meth:`Planner.placement`. Every tier makes room by the same rules,
+        memory or persistent: evict clean copies, then wait for drains where the plan
+        says to wait, else try the next tier. Returns the tier, the memory extent reserved
         (``None`` in a persistent tier) and the files to delete before writing.
         """
-        spill = self._config.on_full == "spill"
-        for n, i in enumerate(fits):
-            wait = (n == 0 and not spill) or n == len(fits) - 1
+        for i, wait in where:
             if i in self._mem:
                 extent = self._reserve(i, nbytes, wait=wait, caller=True)
                 if extent is not None:

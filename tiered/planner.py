@@ -209,6 +209,17 @@ class Planner:
             if not entry.gone and not entry.in_memory(self.memory):
                 yield rank, entry
 
+    def placement(self, nbytes: int, *, spill: bool) -> list[tuple[int, bool]]:
+        """Return where a new value of ``nbytes`` may land, in order, and whether to wait.
+
+        Every tier that can hold it, fastest first. The first waits for room unless
+        ``spill`` (then the value goes on to the next tier with room); the last always
+        waits. Empty when no tier can ever hold the value.
+        """
+        fits = [i for i, m in enumerate(self.models) if m.fits(nbytes)]
+        last = len(fits) - 1
+        return [(i, (n == 0 and not spill) or n == last) for n, i in enumerate(fits)]
+
     def ahead_bytes(self, tier: int, nbytes: int) -> int:
         """Return the bytes a store that must evict frees beyond its own, for the next ones.
 
