@@ -107,10 +107,7 @@ class EngineCore:
         # every decision and the index behind it; the names below are its own containers
         self._plan = Planner(self._models, eviction, prefetch,
                              prefetch_depth=config.prefetch_depth)
-        self._policies = self._plan.policies
         self._memory = self._plan.memory
-        self._persistent = self._plan.persistent
-        self._persistent_below = self._plan.persistent_below
         self._index = self._plan.index
         self._nbytes = self._plan.nbytes
         self._resident = self._plan.resident
@@ -143,9 +140,6 @@ class EngineCore:
         self._returned: collections.deque[tuple[Entry, Copy]] = collections.deque()
 
     # ----------------------------------------------------------------- small helpers
-    def _tick(self) -> float:
-        return self._plan.tick()
-
     def _tstats(self, tier: int) -> TierStats:
         return self._stats.tiers[self._tiers[tier].name]
 
