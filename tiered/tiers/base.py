@@ -105,6 +105,17 @@ def spare_cores(limit: int = 4) -> int:
     return max(1, min(limit, cores // 2))
 
 
+def counted_bytes(nbytes: int, page: int, overhead: int) -> int:
+    """Return what a payload of ``nbytes`` takes against a capacity.
+
+    Whole units of ``page`` (at least one, unless ``page`` is 1: bytes as they are), plus
+    ``overhead``. The one rule every tier and its model count by.
+    """
+    if page == 1:  # counted in bytes, as a persistent tier counts its files
+        return nbytes + overhead
+    return max(page, -(-nbytes // page) * page) + overhead  # a page at least
+
+
 @dataclasses.dataclass(frozen=True)
 class TierModel:
     """What a tier declares about itself once, for the cache's decisions to read.
@@ -143,10 +154,7 @@ class TierModel:
 
     def footprint(self, nbytes: int) -> int:
         """Return the capacity a payload of ``nbytes`` takes here (as the tier counts it)."""
-        page = self.page_bytes
-        if page == 1:  # counted in bytes, as a persistent tier counts its files
-            return nbytes + self.overhead_bytes
-        return max(page, -(-nbytes // page) * page) + self.overhead_bytes  # a page at least
+        return counted_bytes(nbytes, self.page_bytes, self.overhead_bytes)
 
     def fits(self, nbytes: int) -> bool:
         """Return whether a value of ``nbytes`` could ever fit."""
@@ -186,8 +194,13 @@ class Tier(abc.ABC):
         return self.capacity_bytes is None or self.footprint(nbytes) <= self.capacity_bytes
 
     def footprint(self, nbytes: int) -> int:
-        """Bytes of capacity a payload of ``nbytes`` occupies here."""
-        return nbytes
+        """Return the bytes of capacity a payload of ``nbytes`` occupies here.
+
+        Whole :attr:`page_bytes` plus :attr:`overhead_bytes`. In a persistent tier that is
+        what is reserved while an object is written; once written, the tier counts the
+        file's real size (:attr:`used_bytes`).
+        """
+        return counted_bytes(nbytes, self.page_bytes, self.overhead_bytes)
 
     def close(self) -> None:
         """Release resources; idempotent."""
@@ -220,10 +233,6 @@ class MemoryTier(Tier):
     def used_bytes(self) -> int:
         """Bytes reserved by live extents (page-rounded)."""
         return self._arena.used
-
-    def footprint(self, nbytes: int) -> int:
-        """Page-rounded size of a payload."""
-        return Arena.rounded(nbytes)
 
     def allocate(self, nbytes: int) -> Extent | None:
         """Reserve room for a payload, or ``None`` if no free extent is large enough."""
@@ -385,15 +394,6 @@ class PersistentTier(Tier):
     def used_bytes(self) -> int:
         """Bytes of committed object files this process knows of."""
         return self._used
-
-    def footprint(self, nbytes: int) -> int:
-        """Capacity reserved for a payload's object: its bytes plus :attr:`overhead_bytes`.
-
-        What is reserved while an object is written; once written, the tier counts the
-        file's real size (:attr:`used_bytes`), which stays within this for a value whose
-        manifest is not unusually large.
-        """
-        return nbytes + self.overhead_bytes
 
     def has_room(self, nbytes: int) -> bool:
         """Return whether ``nbytes`` more would still fit."""
