@@ -21,17 +21,19 @@ def progress(items: Iterable[T], desc: str, *, total: int | None = None) -> Iter
     The bar is drawn only on a terminal (``tqdm``'s ``disable=None``): logs and pipes stay
     clean. It is cleared once done.
     """
-    from tqdm import tqdm
-
-    yield from tqdm(items, desc=desc, total=total, disable=None, leave=False,
-                    file=sys.stderr, ncols=WIDTH, dynamic_ncols=False)
+    yield from _bar(items, desc=desc, total=total)
 
 
 def counter(total: int, desc: str) -> Any:
     """Return a progress bar to ``update()`` by hand (a context manager), as :func:`progress`."""
+    return _bar(None, desc=desc, total=total)
+
+
+def _bar(items: Iterable[Any] | None, *, desc: str, total: int | None) -> Any:
+    """Return a tqdm bar drawn only on a terminal, within :data:`WIDTH`, cleared when done."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, disable=None, leave=False, file=sys.stderr,
+    return tqdm(items, desc=desc, total=total, disable=None, leave=False, file=sys.stderr,
                 ncols=WIDTH, dynamic_ncols=False)
 
 
