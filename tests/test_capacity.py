@@ -244,7 +244,7 @@ def test_parallel_writers_respect_a_bounded_directory_tier(tmp_path):
 
 
 def test_writers_and_readers_are_validated(tmp_path):
-    from tiered.tiers.base import spare_cores
+    from tiered.movers import spare_cores
 
     with pytest.raises(ValueError, match="writers"):
         tiered.DirectoryTier(tmp_path, writers=0)

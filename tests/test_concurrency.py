@@ -81,8 +81,7 @@ def test_hint_prefetches_into_host_while_reading(tmp_path):
 
 
 def test_a_lane_is_told_by_a_flag_not_by_its_thread_name():
-    from tiered.movers import Lane
-    from tiered.tiers.base import LANE_PREFIX, in_lane
+    from tiered.movers import LANE_PREFIX, Lane, in_lane
 
     seen: dict[str, bool] = {}
     lookalike = threading.Thread(target=lambda: seen.setdefault("named", in_lane()),
@@ -98,9 +97,9 @@ def test_a_lane_is_told_by_a_flag_not_by_its_thread_name():
 def test_one_fork_hook_resets_every_module_in_the_child(tmp_path):
     import os
 
-    from tiered import forks
+    from tiered import movers
 
-    names = [f.__module__ for f in forks._RESETS]
+    names = [f.__module__ for f in movers._RESETS]
     assert {"tiered.tiers.base", "tiered.tiers.spares", "tiered.movers"} <= set(names)
     read, write = os.pipe()
     pid = os.fork()

@@ -10,30 +10,86 @@ from __future__ import annotations
 import atexit
 import logging
 import mmap
+import os
 import queue
+import sys
 import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from tiered.checksum import checksum
-from tiered.forks import on_child
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
-from tiered.tiers.base import (
-    LANE_PREFIX,
-    PersistentTier,
-    Record,
-    cuda_torch,
-    in_lane,
-    mark_lane,
-)
 from tiered.values import ValueMeta
+
+if TYPE_CHECKING:
+    from tiered.tiers.base import PersistentTier, Record
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+LANE_PREFIX = "tiered-"  # background lane threads are named so
+_RESETS: list[Callable[[], None]] = []  # what a forked child resets, in registration order
+
+
+def on_child(reset: Callable[[], None]) -> Callable[[], None]:
+    """Register ``reset`` to run in every forked child (usable as a decorator).
+
+    A child of ``fork`` has none of its parent's threads, and locks held by them at the
+    fork stay held. Each module that keeps per-process state (the process id in temp
+    names, the spare-file pools, the lanes) registers its reset here; this is the one place
+    that asks ``os.register_at_fork``.
+    """
+    _RESETS.append(reset)
+    return reset
+
+
+def _after_fork_in_child() -> None:
+    for reset in _RESETS:
+        reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_LANE = threading.local()  # .on is True in the threads of tiered's background lanes
+
+
+def in_lane() -> bool:
+    """Whether the calling thread is one of tiered's background lanes.
+
+    Told by a thread-local flag the lane's worker sets (:func:`mark_lane`), not by the
+    thread's name, which any thread may share.
+    """
+    return getattr(_LANE, "on", False)
+
+
+def mark_lane() -> None:
+    """Mark the calling thread as a background lane's worker (for :func:`in_lane`)."""
+    _LANE.on = True
+
+
+def cuda_torch() -> Any:
+    """Return torch if it is already imported and sees a CUDA device, else ``None``.
+
+    Never imports torch itself: a numpy-only program does not pay for it.
+    """
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and torch.cuda.is_available() else None
+
+
+def spare_cores(limit: int = 4) -> int:
+    """Background threads worth running at once: half this process's cores, 1 to ``limit``.
+
+    A 2-core machine gets 1 (the caller's compute keeps a core); a 16-core GPU node 4.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 2
+    return max(1, min(limit, cores // 2))
 
 
 class Lane:

@@ -29,7 +29,7 @@ from tiered.policies.base import (
     make_predictor,
 )
 from tiered.room import hopeless, next_tier
-from tiered.tiers.base import TierModel
+from tiered.tiers.model import TierModel
 
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Planner.horizon_keys)
 EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see ahead_bytes)

@@ -20,7 +20,7 @@ from tiered.arena import PAGE, Arena, Extent
 from tiered.index import Copy, Entry
 from tiered.planner import Planner
 from tiered.policies.base import NEVER, PolicySpec, PredictorSpec
-from tiered.tiers.base import TierModel
+from tiered.tiers.model import TierModel
 from tiered.values import ValueMeta, flatten
 
 Op = tuple[Literal["store", "revisit", "hint", "rollback"], Any]

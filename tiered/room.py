@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from tiered.index import Entry
 from tiered.keys import Key
 from tiered.sizes import format_size
-from tiered.tiers.base import TierModel
+from tiered.tiers.model import TierModel
 
 
 def next_tier(tiers: Sequence[TierModel], entry: Entry) -> int | None:

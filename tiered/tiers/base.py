@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import random
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,10 +37,12 @@ import numpy as np
 from tiered.arena import PAGE, Arena, Extent
 from tiered.checksum import ALGORITHM, check_algorithm, checksum
 from tiered.errors import CorruptDataError, TierFullError
-from tiered.forks import on_child
 from tiered.keys import Key, key_filename, key_from_json, key_to_json
+from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
+from tiered.tiers.files import advise_file, fsync_dir, unlink_quietly
+from tiered.tiers.model import TierModel, counted_bytes
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
@@ -51,15 +52,7 @@ SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to wri
 SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
 Offsets = tuple[int | None, ...] | None  # where each leaf starts in a file, if not implied
 MANIFEST_SLACK = 64 * 1024  # room reserved per object beyond its payload (a tier may say less)
-LANE_PREFIX = "tiered-"  # background lane threads are named so
 _PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
-
-
-def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, PersistentTier]]:
-    """Split a cache's tiers, by position, into its memory and its persistent ones."""
-    memory = {i: t for i, t in enumerate(tiers) if isinstance(t, MemoryTier)}
-    persistent = {i: t for i, t in enumerate(tiers) if isinstance(t, PersistentTier)}
-    return memory, persistent
 
 
 @on_child
@@ -67,98 +60,11 @@ def _forked() -> None:
     _PID[0] = os.getpid()
 
 
-_LANE = threading.local()  # .on is True in the threads of tiered's background lanes
-
-
-def in_lane() -> bool:
-    """Whether the calling thread is one of tiered's background lanes.
-
-    Told by a thread-local flag the lane's worker sets (:func:`mark_lane`), not by the
-    thread's name, which any thread may share.
-    """
-    return getattr(_LANE, "on", False)
-
-
-def mark_lane() -> None:
-    """Mark the calling thread as a background lane's worker (for :func:`in_lane`)."""
-    _LANE.on = True
-
-
-def cuda_torch() -> Any:
-    """Return torch if it is already imported and sees a CUDA device, else ``None``.
-
-    Never imports torch itself: a numpy-only program does not pay for it.
-    """
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and torch.cuda.is_available() else None
-
-
-def spare_cores(limit: int = 4) -> int:
-    """Background threads worth running at once: half this process's cores, 1 to ``limit``.
-
-    A 2-core machine gets 1 (the caller's compute keeps a core); a 16-core GPU node 4.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 2
-    return max(1, min(limit, cores // 2))
-
-
-def counted_bytes(nbytes: int, page: int, overhead: int) -> int:
-    """Return what a payload of ``nbytes`` takes against a capacity.
-
-    Whole units of ``page`` (at least one, unless ``page`` is 1: bytes as they are), plus
-    ``overhead``. The one rule every tier and its model count by.
-    """
-    if page == 1:  # counted in bytes, as a persistent tier counts its files
-        return nbytes + overhead
-    return max(page, -(-nbytes // page) * page) + overhead  # a page at least
-
-
-@dataclasses.dataclass(frozen=True)
-class TierModel:
-    """What a tier declares about itself once, for the cache's decisions to read.
-
-    Attributes
-    ----------
-    name, kind : str
-        The tier's name (unique in a cache) and kind (``"host"``, ``"directory"``, ...).
-    persistent : bool
-        Durable (a file per object) rather than memory.
-    capacity_bytes : int or None
-        ``None``: unlimited.
-    readers, writers : int
-        Objects that may be read from / written to it at once.
-    context : bool
-        Its lanes copy inside a context of its own (a device's side stream).
-    page_bytes, overhead_bytes : int
-        How a payload is counted against the capacity (:meth:`footprint`): rounded up to
-        whole pages of ``page_bytes`` (at least one), plus ``overhead_bytes``.
-    """
-
-    name: str
-    kind: str
-    persistent: bool
-    capacity_bytes: int | None
-    readers: int = 1
-    writers: int = 1
-    context: bool = False
-    page_bytes: int = 1
-    overhead_bytes: int = 0
-
-    @property
-    def memory(self) -> bool:
-        """Whether it is a memory tier (not persistent)."""
-        return not self.persistent
-
-    def footprint(self, nbytes: int) -> int:
-        """Return the capacity a payload of ``nbytes`` takes here (as the tier counts it)."""
-        return counted_bytes(nbytes, self.page_bytes, self.overhead_bytes)
-
-    def fits(self, nbytes: int) -> bool:
-        """Return whether a value of ``nbytes`` could ever fit."""
-        return self.capacity_bytes is None or self.footprint(nbytes) <= self.capacity_bytes
+def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, PersistentTier]]:
+    """Split a cache's tiers, by position, into its memory and its persistent ones."""
+    memory = {i: t for i, t in enumerate(tiers) if isinstance(t, MemoryTier)}
+    persistent = {i: t for i, t in enumerate(tiers) if isinstance(t, PersistentTier)}
+    return memory, persistent
 
 
 class Tier(abc.ABC):
@@ -289,65 +195,11 @@ def _leftover(name: str) -> str:
     return f"incomplete write {name} (left by a killed writer)"
 
 
-def unlink_quietly(path: str | os.PathLike[str]) -> None:
-    """Remove a file if it is there."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _empty(path: Path) -> bool:
     try:
         return path.stat().st_size == 0
     except FileNotFoundError:
         return True
-
-
-def advise_file(path: Path, advice: int) -> None:
-    """Give the kernel ``posix_fadvise`` ``advice`` about all of ``path``."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, advice)
-    finally:
-        os.close(fd)
-
-
-def pwrite_all(fd: int, buf: Any, offset: int) -> None:
-    """Write all of ``buf`` at ``offset`` (GIL released while the kernel copies).
-
-    ``buf`` is one buffer or a list of buffers written back to back: one ``pwritev`` in the
-    common case, then piece by piece after a short write.
-    """
-    views = [memoryview(b).cast("B") for b in (buf if isinstance(buf, list) else [buf])]
-    step = 1 << 30
-    done = os.pwritev(fd, views, offset) if sum(map(len, views)) <= step else 0
-    for view in views:
-        if done >= len(view):
-            done -= len(view)
-        else:
-            while done < len(view):
-                done += os.pwrite(fd, view[done: done + step], offset + done)
-            done = 0
-        offset += len(view)
-
-
-def pread_into(fd: int, buf: Any, offset: int) -> None:
-    """Fill ``buf`` from ``offset``; a short file is a :class:`CorruptDataError`."""
-    view = memoryview(buf).cast("B")
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done: done + (1 << 30)]], offset + done)
-        if n == 0:
-            raise CorruptDataError(f"file ends {len(view) - done} bytes early")
-        done += n
 
 
 class PersistentTier(Tier):

@@ -9,7 +9,8 @@ from typing import Any
 
 from tiered.arena import Extent
 from tiered.errors import TieredError
-from tiered.tiers.base import MemoryTier, in_lane
+from tiered.movers import in_lane
+from tiered.tiers.base import MemoryTier
 
 
 def _import_torch() -> Any:

@@ -23,17 +23,9 @@ import numpy as np
 
 from tiered.checksum import checksum
 from tiered.errors import CorruptDataError
-from tiered.tiers.base import (
-    SPARE_KIND,
-    SPARE_PREFIX,
-    Offsets,
-    PersistentTier,
-    Record,
-    pread_into,
-    pwrite_all,
-    spare_cores,
-    unlink_quietly,
-)
+from tiered.movers import spare_cores
+from tiered.tiers.base import SPARE_KIND, SPARE_PREFIX, Offsets, PersistentTier, Record
+from tiered.tiers.files import pread_into, pwrite_all, unlink_quietly
 from tiered.tiers.spares import SparePool
 from tiered.values import ValueMeta
 
@@ -102,7 +94,7 @@ class DirectoryTier(PersistentTier):
         Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
         ``drop_pages``: a device keeps several writes in flight faster than one); otherwise
         half the cores, 1 to 4
-        (:func:`~tiered.tiers.base.spare_cores`: writes into the page cache are CPU work,
+        (:func:`~tiered.movers.spare_cores`: writes into the page cache are CPU work,
         which on a 2-core machine would only contend with the caller's).
     readers : int, optional
         Objects the prefetcher reads from here at once (each read, checksum and copy up

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from tiered.tiers.base import Offsets, PersistentTier, Record, pread_into, pwrite_all
+from tiered.tiers.base import Offsets, PersistentTier, Record
+from tiered.tiers.files import pread_into, pwrite_all
 from tiered.values import LeafInfo, ValueMeta
 
 MANIFEST = "tiered_manifest"

@@ -13,7 +13,8 @@ import numpy as np
 
 from tiered.arena import Extent
 from tiered.errors import TieredError
-from tiered.tiers.base import LANE_PREFIX, MemoryTier, cuda_torch
+from tiered.movers import LANE_PREFIX, cuda_torch
+from tiered.tiers.base import MemoryTier
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def _cuda_runtime(pinned: bool | None) -> Any:
     """Return torch's CUDA runtime bindings if the arena should be pinned, else ``None``.
 
     ``pinned=None`` pins only when torch is already imported and sees a CUDA device
-    (:func:`~tiered.tiers.base.cuda_torch`); ``pinned=True`` insists.
+    (:func:`~tiered.movers.cuda_torch`); ``pinned=True`` insists.
     """
     if pinned is not None and not isinstance(pinned, bool):
         raise TypeError(f"HostTier(pinned=...) takes True, False or None, got {pinned!r}")

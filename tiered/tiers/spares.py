@@ -16,7 +16,7 @@ import collections
 import threading
 import weakref
 
-from tiered.forks import on_child
+from tiered.movers import on_child
 
 _POOLS: weakref.WeakSet[SparePool] = weakref.WeakSet()
 
