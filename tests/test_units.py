@@ -298,10 +298,11 @@ def test_an_hdf5_object_larger_than_its_footprint_is_refused_whole(tmp_path):
 
 def test_a_skipped_room_check_is_made_up_when_due(tmp_path):
     import tiered
-    from tiered.engine import HOPELESS_EVERY_S, _Watch
+    from tiered.room import HOPELESS_EVERY_S, Watch
 
     with tiered.Cache([tiered.HostTier("1MiB", prefault=False)]) as cache:
-        watch = _Watch(cache, "host", 1, True)
+        watch = cache._watch("host", 1, True)
+        assert isinstance(watch, Watch)
         assert watch.due_check() and watch.bound(30.0) == 1.0  # nothing skipped: 1 s
         assert not watch.due_check()  # too soon: skipped...
         assert watch.bound(30.0) <= HOPELESS_EVERY_S  # ...so the wait ends when it is due

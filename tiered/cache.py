@@ -108,13 +108,13 @@ class Cache(PrefetchEngine):
             self._next_version += 1
             tier, extent, doomed = self._place(where, meta.nbytes)
             reserved = 0 if extent is not None else self._tiers[tier].footprint(meta.nbytes)
-            self._writing[tier] += reserved
+            self._plan.write_started(tier, reserved)
         try:
             self._delete(doomed, now=True)  # the write below needs that room
             copy = self._capture(key, version, meta, arrays, tier, extent)
         except BaseException:
             with self._cond:
-                self._writing[tier] -= reserved
+                self._plan.write_ended(tier, reserved)
                 if extent is not None:
                     t = self._mem[tier]
                     t.free(extent)
@@ -122,7 +122,7 @@ class Cache(PrefetchEngine):
             raise
         if reserved:  # a persistent top tier counts the object's bytes itself now
             with self._cond:
-                self._writing[tier] -= reserved
+                self._plan.write_ended(tier, reserved)
         self._install(Entry(key, version, meta, self._home(meta.nbytes)), copy)
         with self._cond:
             self._signal("store", key, nbytes=meta.nbytes)

@@ -20,72 +20,24 @@ from tiered.deletion import Deletions
 from tiered.errors import BackgroundError, CacheClosedError, TierFullError
 from tiered.index import Copy, Entry
 from tiered.keys import Key
-from tiered.movers import Lane, host_view, leaf_checksums, read_persistent, staging_buffer
-from tiered.payload import copy_region
+from tiered.movers import Lane
 from tiered.planner import Planner
 from tiered.policies.base import (
     PolicySpec,
     PredictorSpec,
     Signal,
 )
+from tiered.room import Watch
 from tiered.sizes import format_size
 from tiered.stats import CacheStats, TierStats
 from tiered.tiers.base import Record, Tier, by_kind
-from tiered.writeback import Pending
+from tiered.transfers import background, transfer
 
 log = logging.getLogger(__name__)
-WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
-HOPELESS_EVERY_S = 0.05  # a waiter asks again at most this often whether room can come
 
 
 class TransferCancelledError(Exception):
     """A transfer stopped before it began: its entry was discarded, or the cache closed."""
-
-
-class _Watch:
-    """Log, once, what a wait for room waits for when it passes :data:`WAIT_LOG_S`."""
-
-    def __init__(self, engine: EngineCore, tier: str, nbytes: int, caller: bool) -> None:
-        self._engine, self._tier, self._nbytes = engine, tier, nbytes
-        self._who = "a store" if caller else "a background transfer"
-        self._since = time.monotonic()
-        self._said = False
-        self._checked = -1.0
-        self._skipped = False
-
-    def due_check(self) -> bool:
-        """Whether to ask :func:`~tiered.room.hopeless` now.
-
-        At once, then at most every :data:`HOPELESS_EVERY_S`: it walks every copy, and
-        every finished drain wakes a waiter. A check skipped for that reason is made up
-        for as soon as it is due (see :meth:`bound`), not at the next wake-up.
-        """
-        now = time.monotonic()
-        if self._checked >= 0 and now - self._checked < HOPELESS_EVERY_S:
-            self._skipped = True
-            return False
-        self._checked, self._skipped = now, False
-        return True
-
-    def bound(self, remaining: float) -> float:
-        """Return how long the waiter may sleep: until a skipped check is due, or 1 s."""
-        longest = min(remaining, 1.0)
-        if self._skipped:
-            return max(0.0, min(longest, self._checked + HOPELESS_EVERY_S - time.monotonic()))
-        return longest
-
-    def log(self) -> None:
-        """Log what the wait is for, if it has lasted long enough and has not said so."""
-        waited = time.monotonic() - self._since
-        if self._said or waited < WAIT_LOG_S:
-            return
-        self._said = True
-        e = self._engine
-        drains = sum(entry.drain is not None for entry in e._index.values())
-        log.warning("%s has waited %.1f s for %s in %s: %d drains and %d deletions in flight "
-                    "can make room (full_timeout_s=%g)", self._who, waited,
-                    format_size(self._nbytes), self._tier, drains, e._deletions.pending,
-                    e._config.full_timeout_s)
 
 
 class EngineCore:
@@ -125,7 +77,6 @@ class EngineCore:
                                         for t in tiers})
         self._lanes = {i: Lane(f"to-{m.name}", m.writers)
                        for i, m in enumerate(self._models) if i > 0}
-        self._writing = [0] * len(tiers)  # bytes reserved by writes in flight, per tier
         self._prefetch_lane = Lane("prefetch")
         # prefetch reads at once, per source tier: the pump reads itself while every tier
         # allows one, else hands reads to a pool
@@ -135,13 +86,18 @@ class EngineCore:
         self._read_lane = (Lane("read", pool) if max(self._readers, default=1) > 1
                            else None)
         self._deletions = Deletions(self._disk, self._cond, self._failed)
-        self._pending = Pending(len(tiers))  # lazy write-back: stores not yet draining
         # copies lent out as views (revisit(copy=False)) whose views are all gone
         self._returned: collections.deque[tuple[Entry, Copy]] = collections.deque()
 
     # ----------------------------------------------------------------- small helpers
     def _tstats(self, tier: int) -> TierStats:
         return self._stats.tiers[self._tiers[tier].name]
+
+    def _watch(self, tier: str, nbytes: int, caller: bool) -> Watch:
+        def busy() -> tuple[int, int]:
+            drains = sum(entry.drain is not None for entry in self._index.values())
+            return drains, self._deletions.pending
+        return Watch(tier, nbytes, caller, busy, self._config.full_timeout_s)
 
     def _home(self, nbytes: int) -> int:
         return self._plan.home(nbytes)
@@ -271,7 +227,7 @@ class EngineCore:
             return extent
         deadline = time.monotonic() + self._config.full_timeout_s
         waited = False
-        watch = _Watch(self, t.name, nbytes, caller)
+        watch = self._watch(t.name, nbytes, caller)
         while True:
             extent = t.allocate(nbytes)
             if extent is not None:
@@ -286,7 +242,7 @@ class EngineCore:
                 return None
             if caller and not waited:
                 waited = True
-                self._pending.widen(tier)  # lazy write-back: drains start too late here
+                self._plan.pending.widen(tier)  # lazy write-back: drains start too late here
             self._drain_due(tier, need=nbytes)  # lazy write-back: room must come from drains
             started = time.perf_counter()
             self._store_waiters += caller
@@ -312,12 +268,10 @@ class EngineCore:
         t = self._disk[tier]
         doomed: list[tuple[int, Record]] = []
         freed = 0
-        need = t.footprint(nbytes)
         deadline = time.monotonic() + self._config.full_timeout_s
-        watch = _Watch(self, t.name, nbytes, entry is None)
+        watch = self._watch(t.name, nbytes, entry is None)
         try:
-            while (t.capacity_bytes is not None
-                   and t.used_bytes + self._writing[tier] - freed + need > t.capacity_bytes):
+            while self._plan.short(tier, t.used_bytes, nbytes, freed):
                 record = self._evict_one(tier, nbytes)
                 if isinstance(record, Record):
                     doomed.append((tier, record))
@@ -332,7 +286,7 @@ class EngineCore:
             raise
         return doomed
 
-    def _await_room(self, tier: int, nbytes: int, deadline: float, watch: _Watch,
+    def _await_room(self, tier: int, nbytes: int, deadline: float, watch: Watch,
                     entry: Entry | None) -> None:
         """Wait once for room in ``tier`` (under the lock), or raise why none will come."""
         t = self._tiers[tier]
@@ -352,22 +306,16 @@ class EngineCore:
     # ----------------------------------------------------------------- drains
     def _dirtied(self, entry: Entry) -> None:
         """Drain a freshly stored dirty ``entry`` now, or (lazy) once its tier needs room."""
-        tier = min(entry.copies)
-        if self._config.write_back == "eager" or tier not in self._mem:
-            self._schedule_drain(entry)
-            return
-        self._pending.add(entry, tier, self._tiers[tier].footprint(entry.meta.nbytes))
-        self._drain_due(tier)
+        for due in self._plan.dirtied(entry, eager=self._config.write_back == "eager"):
+            self._schedule_drain(due)
 
     def _drain_due(self, tier: int, need: int = 0) -> None:
         """Start the lazy drains tier ``tier`` needs (``need``: bytes wanted right now)."""
-        capacity = self._tiers[tier].capacity_bytes
-        if capacity is not None and len(self._pending):
-            for entry in self._pending.due(tier, capacity, need):
-                self._schedule_drain(entry)
+        for entry in self._plan.due(tier, need):
+            self._schedule_drain(entry)
 
     def _schedule_drain(self, entry: Entry) -> None:
-        self._pending.discard(entry)
+        self._plan.pending.discard(entry)
         if entry.gone or not entry.dirty or entry.drain is not None or self._closed:
             return
         dst = self._plan.drain_target(entry)
@@ -409,7 +357,7 @@ class EngineCore:
                 else:
                     doomed = self._room_persistent(dst, nbytes, entry=entry) or []
                     reserved = self._disk[dst].footprint(nbytes)
-                    self._writing[dst] += reserved
+                    self._plan.write_started(dst, reserved)
             except BaseException:
                 self._delete(self._unpin(entry, src))
                 raise
@@ -419,14 +367,14 @@ class EngineCore:
                 new = self._transfer(entry, src, dst, extent)
         except BaseException:
             with self._cond:
-                self._writing[dst] -= reserved
+                self._plan.write_ended(dst, reserved)
                 self._delete(self._unpin(entry, src))
                 if extent is not None:
                     t = self._mem[dst]
                     t.free(extent)
             raise
         with self._cond:
-            self._writing[dst] -= reserved  # the tier counts the object's bytes itself now
+            self._plan.write_ended(dst, reserved)  # the tier counts its file itself now
         self._finish_drain(entry, src, new)
 
     def _kick(self, *, force: bool = False) -> None:
@@ -456,61 +404,25 @@ class EngineCore:
         self._delete(doomed)
 
     def _background(self, *tiers: int) -> contextlib.AbstractContextManager[Any]:
-        """Enter the contexts a lane copies in for these tiers (a device tier's stream).
-
-        Host memory has none: no context stack is built for it (this runs per transfer,
-        and a lane's Python holds the GIL the caller's next step needs).
-        """
-        own = [self._mem[i] for i in tiers if i in self._contexts]
-        if not own:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        for t in own:
-            stack.enter_context(t.background())
-        return stack
+        """Enter the contexts a lane copies in for these tiers (a device tier's stream)."""
+        return background([self._mem[i] for i in tiers if i in self._contexts])
 
     def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:
         """Move bytes from ``src`` into tier ``dst`` (no lock held)."""
-        meta, n = entry.meta, entry.meta.nbytes
-        sregion = (self._mem[src.tier].region(src.extent, n)
-                   if src.tier in self._mem and src.extent is not None else None)
-        if dst in self._mem:
-            dregion = self._mem[dst].region(extent, n)
-            if sregion is not None:
-                copy_region(dregion, sregion)
-            else:
-                assert src.record is not None
-                read_persistent(self._disk[src.tier], src.record, dregion)
-            return Copy(dst, extent=extent)
-        if sregion is not None:
-            host = host_view(sregion, n)
-        else:
-            assert src.record is not None
-            host = staging_buffer(n)
-            self._disk[src.tier].get_into(src.record, host)
-        if entry.checksums is None:
-            entry.checksums = leaf_checksums(host, meta)
-        return Copy(dst, record=self._disk[dst].put(entry.key, entry.version, meta, host,
-                                                    entry.checksums))
+        return transfer(self._mem, self._disk, entry, src, dst, extent)
 
     # ----------------------------------------------------------------- retire / recover
     def _retire(self, old: Entry, *, delete_files: bool) -> list[tuple[int, Record]]:
-        """Mark ``old`` gone; free unpinned copies. Returns records to delete now."""
-        old.gone = True
-        old.delete_files = delete_files
-        self._pending.discard(old)
-        doomed: list[tuple[int, Record]] = []
-        for tier, copy in list(old.copies.items()):
-            if copy.pins == 0:
-                record = self._drop_copy(old, tier)
-                if record is not None:
-                    doomed.append((tier, record))
-        if delete_files:
-            doomed += old.superseded
-            old.superseded = []
-            return doomed
-        keep, old.superseded = doomed + old.superseded, []
-        return keep  # the caller parks these on the new version
+        """Retire ``old`` as the planner decides (:meth:`Planner.retire`).
+
+        Returns the records to delete now; without ``delete_files``, the records the caller
+        parks on the new version (deleted once it is home).
+        """
+        doomed = [(tier, record) for tier in self._plan.retire(old, delete_files=delete_files)
+                  if (record := self._drop_copy(old, tier)) is not None]
+        doomed += old.superseded
+        old.superseded = []
+        return doomed
 
     def _recover(self) -> list[str]:
         """Rebuild the index from the persistent tiers (this is restart)."""

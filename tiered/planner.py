@@ -30,6 +30,7 @@ from tiered.policies.base import (
 )
 from tiered.room import hopeless, next_tier
 from tiered.tiers.model import TierModel
+from tiered.writeback import Pending
 
 HORIZON_KEYS = 256  # the fewest keys a forecast looks ahead (see Planner.horizon_keys)
 EVICT_AHEAD = 3  # stores' worth of room a store that must evict frees (see ahead_bytes)
@@ -88,6 +89,8 @@ class Planner:
         # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
         self.horizon_keys: float = (max(HORIZON_KEYS, 16 * prefetch_depth)
                                     if horizon_keys is None else horizon_keys)
+        self.pending = Pending(len(self.models))  # lazy write-back: stores not yet draining
+        self.writing = [0] * len(self.models)  # bytes reserved by writes in flight, per tier
         self.clock = 0.0
         self._signals = 0  # predictor events so far: the forecast is memoised on it
         self._forecast: tuple[int, list[Key], dict[Key, int]] = (-1, [], {})
@@ -139,6 +142,26 @@ class Planner:
             del self.clean[deepest][key]
         self.policies[tier].observe("remove", key, ctx=EventContext(now=self.tick()))
         return copy
+
+    def retire(self, old: Entry, *, delete_files: bool) -> list[int]:
+        """Mark ``old`` gone (discarded or replaced); return the tiers whose copies go now.
+
+        Those are its unpinned copies; a pinned one goes when its last pin is released.
+        ``delete_files``: whether its files go too, or stay for the next version until that
+        one is home.
+        """
+        old.gone = True
+        old.delete_files = delete_files
+        self.pending.discard(old)
+        return [tier for tier, copy in old.copies.items() if copy.pins == 0]
+
+    def write_started(self, tier: int, nbytes: int) -> None:
+        """Count ``nbytes`` reserved in persistent ``tier`` by a write not yet committed."""
+        self.writing[tier] += nbytes
+
+    def write_ended(self, tier: int, nbytes: int) -> None:
+        """Stop counting a write's reservation (the tier counts its file now, or it failed)."""
+        self.writing[tier] -= nbytes
 
     def access(self, entry: Entry, tier: int) -> None:
         """Record that a revisit was served from ``entry``'s copy in ``tier``."""
@@ -231,6 +254,35 @@ class Planner:
     def home(self, nbytes: int) -> int:
         """Return the deepest tier that can hold ``nbytes``: where an entry is durable."""
         return max(i for i, m in enumerate(self.models) if m.fits(nbytes))
+
+    def short(self, tier: int, used: int, nbytes: int, freed: int = 0) -> bool:
+        """Whether persistent ``tier`` lacks room for ``nbytes`` more (as the tier counts).
+
+        ``used``: what its files take now; ``freed``: what evictions chosen since free.
+        """
+        model = self.models[tier]
+        return (model.capacity_bytes is not None and used + self.writing[tier] - freed
+                + model.footprint(nbytes) > model.capacity_bytes)
+
+    def dirtied(self, entry: Entry, *, eager: bool) -> list[Entry]:
+        """Return what must start draining now that a store left ``entry`` dirty.
+
+        ``entry`` itself when ``eager`` or its copy is persistent; otherwise (lazy
+        write-back) it waits in memory, and the oldest waiting entries go once its tier
+        needs the room (:meth:`due`).
+        """
+        tier = min(entry.copies)
+        if eager or tier in self.persistent:
+            return [entry]
+        self.pending.add(entry, tier, self.models[tier].footprint(entry.meta.nbytes))
+        return self.due(tier)
+
+    def due(self, tier: int, need: int = 0) -> list[Entry]:
+        """Return the lazy drains memory ``tier`` needs now (``need``: bytes wanted now)."""
+        capacity = self.models[tier].capacity_bytes
+        if capacity is None or not len(self.pending):
+            return []
+        return self.pending.due(tier, capacity, need)
 
     def drain_target(self, entry: Entry) -> int | None:
         """Return the tier a dirty ``entry`` drains into next (``None``: none can take it)."""

@@ -8,12 +8,18 @@ out its timeout. The cache asks :func:`hopeless` before it waits, and raises at 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 from tiered.index import Entry
 from tiered.keys import Key
 from tiered.sizes import format_size
 from tiered.tiers.model import TierModel
+
+log = logging.getLogger(__name__)
+WAIT_LOG_S = 1.0  # a wait for room says what it waits for once it has lasted this long
+HOPELESS_EVERY_S = 0.05  # a waiter asks again at most this often whether room can come
 
 
 def next_tier(tiers: Sequence[TierModel], entry: Entry) -> int | None:
@@ -71,3 +77,51 @@ def hopeless(tiers: Sequence[TierModel], resident: Sequence[Mapping[Key, Entry]]
             f"{format_size(stuck[tier])} of its {format_size(t.capacity_bytes or 0)} hold "
             f"entries that cannot leave it ({below}); discard keys, add a deeper tier or "
             "raise the capacity")
+
+
+class Watch:
+    """Log, once, what a wait for room waits for when it passes :data:`WAIT_LOG_S`.
+
+    ``busy`` returns the drains and deletions in flight (read under the caller's lock).
+    """
+
+    def __init__(self, tier: str, nbytes: int, caller: bool,
+                 busy: Callable[[], tuple[int, int]], timeout_s: float) -> None:
+        self._tier, self._nbytes, self._busy, self._timeout_s = tier, nbytes, busy, timeout_s
+        self._who = "a store" if caller else "a background transfer"
+        self._since = time.monotonic()
+        self._said = False
+        self._checked = -1.0
+        self._skipped = False
+
+    def due_check(self) -> bool:
+        """Whether to ask :func:`~tiered.room.hopeless` now.
+
+        At once, then at most every :data:`HOPELESS_EVERY_S`: it walks every copy, and
+        every finished drain wakes a waiter. A check skipped for that reason is made up
+        for as soon as it is due (see :meth:`bound`), not at the next wake-up.
+        """
+        now = time.monotonic()
+        if self._checked >= 0 and now - self._checked < HOPELESS_EVERY_S:
+            self._skipped = True
+            return False
+        self._checked, self._skipped = now, False
+        return True
+
+    def bound(self, remaining: float) -> float:
+        """Return how long the waiter may sleep: until a skipped check is due, or 1 s."""
+        longest = min(remaining, 1.0)
+        if self._skipped:
+            return max(0.0, min(longest, self._checked + HOPELESS_EVERY_S - time.monotonic()))
+        return longest
+
+    def log(self) -> None:
+        """Log what the wait is for, if it has lasted long enough and has not said so."""
+        waited = time.monotonic() - self._since
+        if self._said or waited < WAIT_LOG_S:
+            return
+        self._said = True
+        drains, deletions = self._busy()
+        log.warning("%s has waited %.1f s for %s in %s: %d drains and %d deletions in flight "
+                    "can make room (full_timeout_s=%g)", self._who, waited,
+                    format_size(self._nbytes), self._tier, drains, deletions, self._timeout_s)
