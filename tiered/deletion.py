@@ -56,10 +56,10 @@ class Deletions:
             self.pending += 1
         self._lane.submit(self._run, list(doomed))
 
-    def unlink(self, doomed: Doomed) -> None:
-        """Delete ``doomed`` records in the calling thread."""
+    def unlink(self, doomed: Doomed, *, recycle: bool = True) -> None:
+        """Delete ``doomed`` records in the calling thread (``recycle``: as spares, maybe)."""
         for tier, record in doomed:
-            self._tiers[tier].delete(record)
+            self._tiers[tier].delete(record, recycle=recycle)
 
     def _run(self, doomed: list[tuple[int, Record]]) -> None:
         try:

@@ -434,7 +434,7 @@ class EngineCore:
             self._next_version = max(self._next_version, entry.version + 1)
             if entry.dirty:
                 self._schedule_drain(entry)
-            elif entry.superseded:
-                self._delete(entry.superseded)
+            elif entry.superseded:  # left by the run before: gone before this one writes
+                self._deletions.unlink(entry.superseded, recycle=False)
                 entry.superseded = []
         return problems

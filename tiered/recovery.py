@@ -1,10 +1,10 @@
 """Restart: what the persistent tiers hold when a cache opens over them.
 
-Each tier's scan sets aside what a crash left (temp files, superseded versions, damaged
-files) and reports the newest well-formed object of each key; :func:`entries` makes an
-index entry of the newest version of each key, with a copy in every tier that holds that
-version and the older versions' records as superseded (deleted once it is home). The
-cache installs them: this module decides nothing else and moves no bytes.
+Each tier's scan sets aside what a crash left (temp files, damaged files) and reports every
+well-formed object; :func:`entries` decides what is current: an index entry of the newest
+version of each key, with a copy in every tier that holds that version and the older
+versions' records as superseded (deleted once it is home). The cache installs them and
+deletes what this module says; it moves no bytes itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 
 def scan(tiers: Mapping[int, PersistentTier]) -> tuple[dict[Key, list[tuple[int, Record]]],
                                                        list[str]]:
-    """Scan each tier (repairing it); return every key's records by tier, and the problems."""
+    """Scan each tier (repairing it); return every key's records by tier, and the problems.
+
+    Older versions of a key are reported as problems here (they are deleted once the
+    newest is home).
+    """
     problems: list[str] = []
     found: dict[Key, list[tuple[int, Record]]] = {}
     for i, tier in sorted(tiers.items()):
@@ -29,6 +33,10 @@ def scan(tiers: Mapping[int, PersistentTier]) -> tuple[dict[Key, list[tuple[int,
         problems += report.problems
         for record in report.records:
             found.setdefault(record.key, []).append((i, record))
+    for copies in found.values():
+        newest = max(r.version for _, r in copies)
+        problems += [f"{tiers[i].name}: superseded version {r.path.name} removed"
+                     for i, r in copies if r.version != newest]
     for problem in problems:
         log.warning("recovery: %s", problem)
     return found, problems

@@ -347,8 +347,12 @@ class PersistentTier(Tier):
         except OSError:
             pass
 
-    def delete(self, record: Record) -> None:
-        """Remove an object (missing files are fine: deleting is idempotent)."""
+    def delete(self, record: Record, *, recycle: bool = True) -> None:
+        """Remove an object (missing files are fine: deleting is idempotent).
+
+        ``recycle``: whether its file may be kept, emptied, to write into again (a tier
+        that keeps no spares ignores it).
+        """
         try:
             record.path.unlink()
         except FileNotFoundError:
@@ -367,13 +371,14 @@ class PersistentTier(Tier):
         log.error("%s: quarantined %s", self.name, record.path.name)
 
     def scan(self, *, repair: bool = True) -> ScanReport:
-        """Find committed objects; set aside temp files, damaged files and old versions.
+        """Find every committed, well-formed object (all versions); set aside the rest.
 
-        With ``repair`` (what opening a cache does), temp files and superseded versions are
-        deleted; without it they are only reported.
+        Which versions are current is not the tier's to decide (see :mod:`tiered.recovery`).
+        With ``repair`` (what opening a cache does), temp files are deleted; without it
+        they are only reported. Damaged files are reported and left.
         """
         problems: list[str] = []
-        newest: dict[Key, Record] = {}
+        records: list[Record] = []
         for path in sorted(self.root.iterdir()):
             if path.name.startswith(SPARE_PREFIX) and _empty(path):  # kept for reuse
                 if repair:
@@ -386,27 +391,13 @@ class PersistentTier(Tier):
                 if repair:
                     path.unlink(missing_ok=True)
             elif path.suffix == self.suffix and path.is_file():
-                self._scan_one(path, newest, problems, repair)
+                try:
+                    records.append(self._record_from(path, *self._read_manifest(path)))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
         with self._lock:
-            self._used = sum(r.file_bytes for r in newest.values())
-        return ScanReport(sorted(newest.values(), key=lambda r: r.version), problems)
-
-    def _scan_one(self, path: Path, newest: dict[Key, Record], problems: list[str],
-                  repair: bool) -> None:
-        try:
-            record = self._record_from(path, *self._read_manifest(path))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
-            return
-        old = newest.get(record.key)
-        if old is not None and old.version > record.version:
-            old, record = record, old
-        if old is not None:
-            problems.append(f"{self.name}: superseded version {old.path.name} "
-                            + ("removed" if repair else "found"))
-            if repair:
-                old.path.unlink(missing_ok=True)
-        newest[record.key] = record
+            self._used = sum(r.file_bytes for r in records)
+        return ScanReport(sorted(records, key=lambda r: r.version), problems)
 
     @staticmethod
     def _record_from(path: Path, manifest: dict[str, Any], offsets: Offsets) -> Record:

@@ -165,9 +165,9 @@ class DirectoryTier(PersistentTier):
         spare = None if kind else self._spares.take()
         return spare if spare is not None else super()._temp_path(kind)
 
-    def delete(self, record: Record) -> None:
+    def delete(self, record: Record, *, recycle: bool = True) -> None:
         """Remove an object: empty its file and keep it as a spare, or unlink it."""
-        if not self._recycles() or not self._spares.has_room():
+        if not recycle or not self._recycles() or not self._spares.has_room():
             super().delete(record)
             return
         spare = self._temp_path(SPARE_KIND)
