@@ -6,16 +6,15 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tiered.config import CacheConfig, OnFull, WriteBack
-from tiered.errors import CorruptDataError, TierFullError, UnknownKeyError
+from tiered.errors import TierFullError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
-from tiered.movers import leaf_checksums, read_persistent, staging_buffer
-from tiered.payload import borrow_leaves, can_borrow, check_out, read_leaves, write_leaves
+from tiered.movers import leaf_checksums, staging_buffer
+from tiered.payload import check_out, write_leaves
 from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
@@ -258,119 +257,6 @@ class Cache(PrefetchEngine):
             self._demand_reads -= demand
             doomed = self._unpin(entry, where)
         self._delete(doomed)
-
-    def _borrow_memory(self, entry: Entry, where: Copy) -> list[Any] | None:
-        """Lend read-only views of a memory copy (``None`` where views are not possible).
-
-        The copy stays pinned; it is unpinned after its views are all gone.
-        """
-        t = self._mem[where.tier]
-        assert where.extent is not None
-        region = t.region(where.extent, entry.meta.nbytes)
-        if not can_borrow(region, entry.meta):
-            return None
-        leaves, owner = borrow_leaves(region, entry.meta)
-        with self._cond:
-            self._served(entry, where)
-            self._stats.borrowed += 1
-        # the finalizer only queues the copy: it may run inside any thread's garbage
-        # collection, holding any lock; the next call into the cache unpins it
-        weakref.finalize(owner, self._returned.append, (entry, where)).atexit = False
-        return leaves
-
-    def _lookup(self, key: Key) -> Entry:
-        entry = self._index.get(key)
-        if entry is None:
-            raise UnknownKeyError(f"key {key!r} is not in the cache (never stored, or "
-                                  "discarded)")
-        return entry
-
-    def _await_prefetch(self, key: Key) -> None:
-        with self._cond:
-            future = self._lookup(key).prefetch
-        if future is None or future.done():
-            return
-        started = time.perf_counter()
-        concurrent.futures.wait([future], timeout=self._config.full_timeout_s)
-        waited = time.perf_counter() - started
-        with self._cond:
-            self._stats.late_prefetches += 1
-            self._stats.late_prefetch_wait_s += waited
-            self._stats.stall_s += waited
-
-    def _hit(self, entry: Entry, tier: int) -> None:
-        self._tstats(tier).hits += 1
-        self._tstats(tier).bytes_out += entry.meta.nbytes
-        for above in range(tier):
-            self._tstats(above).misses += 1
-        self._stats.revisits += 1
-        self._plan.access(entry, tier)
-
-    def _read_memory(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
-        t = self._mem[copy.tier]
-        assert copy.extent is not None
-        leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta, into)
-        with self._cond:
-            self._served(entry, copy)
-        return leaves
-
-    def _served(self, entry: Entry, copy: Copy) -> None:
-        """Count a revisit answered from a memory copy (under the lock)."""
-        self._hit(entry, copy.tier)
-        if copy.prefetched and not copy.used:
-            self._stats.prefetch_hits += 1
-            self._ahead -= 1
-        copy.used = True
-
-    def _read_persistent(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
-        """Read a verified copy, trying deeper copies if one is corrupt; maybe promote."""
-        region, landing = self._landing(entry, copy.tier)
-        tier = copy.tier
-        while True:
-            t = self._disk[tier]
-            record = entry.copies[tier].record if tier in entry.copies else None
-            try:
-                if record is None:
-                    raise CorruptDataError(f"key {entry.key!r}: no copy left in {t.name}")
-                read_persistent(t, record, region)
-                break
-            except CorruptDataError as exc:
-                tier = self._after_corrupt(entry, tier, exc, landing)
-        leaves = read_leaves(region, entry.meta, into)
-        with self._cond:
-            self._hit(entry, tier)
-            if landing is not None:
-                self._land(entry, landing)
-        return leaves
-
-    def _after_corrupt(self, entry: Entry, tier: int, exc: CorruptDataError,
-                       landing: Copy | None) -> int:
-        """Quarantine a corrupt copy if a deeper one exists and return its tier; else raise."""
-        log.error("%s", exc)
-        with self._cond:
-            self._stats.corrupt_reads += 1
-            deeper = [i for i in entry.copies if i > tier and i in self._disk]
-            if not deeper:  # keep the entry: each revisit reports it again
-                if landing is not None:
-                    self._free_landing(landing)
-                raise exc
-            record = self._drop_copy(entry, tier) if entry.copies[tier].pins <= 1 else None
-        if record is not None:
-            t = self._disk[tier]
-            t.quarantine(record)
-        return min(deeper)
-
-    def _landing(self, entry: Entry, source: int) -> tuple[Any, Copy | None]:
-        """Where a persistent read lands: a promoted memory copy, or a staging buffer."""
-        n = entry.meta.nbytes
-        if self._config.promote:
-            with self._cond:
-                for i in range(source):
-                    if i in self._mem and i not in entry.copies:
-                        extent = self._reserve(i, n, wait=False)
-                        if extent is not None:
-                            return self._mem[i].region(extent, n), Copy(i, extent=extent)
-        return staging_buffer(n), None
 
     # ----------------------------------------------------------------- hints
     def hint(self, keys: Iterable[Key] = (), *, rollback: bool = False) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from tiered import recovery
 from tiered.config import CacheConfig
 from tiered.deletion import Deletions
-from tiered.errors import BackgroundError, CacheClosedError, TierFullError
+from tiered.errors import BackgroundError, CacheClosedError, TierFullError, UnknownKeyError
 from tiered.index import Copy, Entry
 from tiered.keys import Key
 from tiered.movers import Lane
@@ -98,6 +98,13 @@ class EngineCore:
             drains = sum(entry.drain is not None for entry in self._index.values())
             return drains, self._deletions.pending
         return Watch(tier, nbytes, caller, busy, self._config.full_timeout_s)
+
+    def _lookup(self, key: Key) -> Entry:
+        entry = self._index.get(key)
+        if entry is None:
+            raise UnknownKeyError(f"key {key!r} is not in the cache (never stored, or "
+                                  "discarded)")
+        return entry
 
     def _home(self, nbytes: int) -> int:
         return self._plan.home(nbytes)

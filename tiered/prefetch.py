@@ -1,4 +1,10 @@
-"""The prefetch engine: bring forecast keys up into memory tiers ahead of their revisits.
+"""Reading back: revisits served from memory or disk, and the prefetch pump ahead of them.
+
+A revisit reads its copy from the fastest tier holding it: a memory copy is copied out or
+lent as views; a persistent copy is verified on the way up, a deeper copy tried if it is
+corrupt, and maybe promoted into memory.
+
+The prefetch pump brings forecast keys up into memory tiers ahead of their revisits.
 
 One pump runs on the prefetch lane whenever the forecast or the room changes. Each round it
 asks the predictor for the coming revisits (as many bytes as the memory tiers hold) and
@@ -14,13 +20,19 @@ for room and through a run of stores (captures first), and it never touches dirt
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import time
+import weakref
 from concurrent.futures import Future
 from typing import Any
 
 from tiered.engine import EngineCore
+from tiered.errors import CorruptDataError
 from tiered.index import Copy, Entry
-from tiered.movers import read_persistent
+from tiered.keys import Key
+from tiered.movers import read_persistent, staging_buffer
+from tiered.payload import borrow_leaves, can_borrow, read_leaves
 from tiered.tiers.base import PersistentTier, Record
 
 log = logging.getLogger(__name__)
@@ -32,7 +44,7 @@ Job = tuple[Entry, Copy, int, Any, "Future[None]", list[tuple[PersistentTier, Re
 
 
 class PrefetchEngine(EngineCore):
-    """Adds the prefetch pump to the engine (see the module docstring)."""
+    """Adds the revisit reads and the prefetch pump to the engine (see the module docstring)."""
 
     _pump_running = False
     _pump_again = False
@@ -182,3 +194,111 @@ class PrefetchEngine(EngineCore):
         t = self._mem[landing.tier]
         assert landing.extent is not None
         t.free(landing.extent)
+
+    # ----------------------------------------------------------------- revisit reads
+
+    def _borrow_memory(self, entry: Entry, where: Copy) -> list[Any] | None:
+        """Lend read-only views of a memory copy (``None`` where views are not possible).
+
+        The copy stays pinned; it is unpinned after its views are all gone.
+        """
+        t = self._mem[where.tier]
+        assert where.extent is not None
+        region = t.region(where.extent, entry.meta.nbytes)
+        if not can_borrow(region, entry.meta):
+            return None
+        leaves, owner = borrow_leaves(region, entry.meta)
+        with self._cond:
+            self._served(entry, where)
+            self._stats.borrowed += 1
+        # the finalizer only queues the copy: it may run inside any thread's garbage
+        # collection, holding any lock; the next call into the cache unpins it
+        weakref.finalize(owner, self._returned.append, (entry, where)).atexit = False
+        return leaves
+
+    def _await_prefetch(self, key: Key) -> None:
+        with self._cond:
+            future = self._lookup(key).prefetch
+        if future is None or future.done():
+            return
+        started = time.perf_counter()
+        concurrent.futures.wait([future], timeout=self._config.full_timeout_s)
+        waited = time.perf_counter() - started
+        with self._cond:
+            self._stats.late_prefetches += 1
+            self._stats.late_prefetch_wait_s += waited
+            self._stats.stall_s += waited
+
+    def _hit(self, entry: Entry, tier: int) -> None:
+        self._tstats(tier).hits += 1
+        self._tstats(tier).bytes_out += entry.meta.nbytes
+        for above in range(tier):
+            self._tstats(above).misses += 1
+        self._stats.revisits += 1
+        self._plan.access(entry, tier)
+
+    def _read_memory(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
+        t = self._mem[copy.tier]
+        assert copy.extent is not None
+        leaves = read_leaves(t.region(copy.extent, entry.meta.nbytes), entry.meta, into)
+        with self._cond:
+            self._served(entry, copy)
+        return leaves
+
+    def _served(self, entry: Entry, copy: Copy) -> None:
+        """Count a revisit answered from a memory copy (under the lock)."""
+        self._hit(entry, copy.tier)
+        if copy.prefetched and not copy.used:
+            self._stats.prefetch_hits += 1
+            self._ahead -= 1
+        copy.used = True
+
+    def _read_persistent(self, entry: Entry, copy: Copy, into: list[Any] | None) -> list[Any]:
+        """Read a verified copy, trying deeper copies if one is corrupt; maybe promote."""
+        region, landing = self._landing(entry, copy.tier)
+        tier = copy.tier
+        while True:
+            t = self._disk[tier]
+            record = entry.copies[tier].record if tier in entry.copies else None
+            try:
+                if record is None:
+                    raise CorruptDataError(f"key {entry.key!r}: no copy left in {t.name}")
+                read_persistent(t, record, region)
+                break
+            except CorruptDataError as exc:
+                tier = self._after_corrupt(entry, tier, exc, landing)
+        leaves = read_leaves(region, entry.meta, into)
+        with self._cond:
+            self._hit(entry, tier)
+            if landing is not None:
+                self._land(entry, landing)
+        return leaves
+
+    def _after_corrupt(self, entry: Entry, tier: int, exc: CorruptDataError,
+                       landing: Copy | None) -> int:
+        """Quarantine a corrupt copy if a deeper one exists and return its tier; else raise."""
+        log.error("%s", exc)
+        with self._cond:
+            self._stats.corrupt_reads += 1
+            deeper = [i for i in entry.copies if i > tier and i in self._disk]
+            if not deeper:  # keep the entry: each revisit reports it again
+                if landing is not None:
+                    self._free_landing(landing)
+                raise exc
+            record = self._drop_copy(entry, tier) if entry.copies[tier].pins <= 1 else None
+        if record is not None:
+            t = self._disk[tier]
+            t.quarantine(record)
+        return min(deeper)
+
+    def _landing(self, entry: Entry, source: int) -> tuple[Any, Copy | None]:
+        """Where a persistent read lands: a promoted memory copy, or a staging buffer."""
+        n = entry.meta.nbytes
+        if self._config.promote:
+            with self._cond:
+                for i in range(source):
+                    if i in self._mem and i not in entry.copies:
+                        extent = self._reserve(i, n, wait=False)
+                        if extent is not None:
+                            return self._mem[i].region(extent, n), Copy(i, extent=extent)
+        return staging_buffer(n), None
