@@ -135,16 +135,7 @@ class EngineCore:
             if not self._errors:
                 return
             errors, self._errors = self._errors, []
-        keys = tuple(dict.fromkeys(k for _, _, ks in errors for k in ks))
-        first, what, _ = errors[0]
-        also = f" (and {len(errors) - 1} more failures)" if len(errors) > 1 else ""
-        outcome = ("its own work was done" if done else
-                   "it was not carried out: call it again")
-        raise BackgroundError(
-            f"{call}: background work failed before it: {what} failed: {first}{also}; keys "
-            f"concerned: {', '.join(map(repr, keys[:8]))}{' ...' if len(keys) > 8 else ''}. "
-            f"Their data stay in the tier above, not yet durable; {call} raised this once, "
-            f"and {outcome}", keys=keys) from first
+        raise BackgroundError.of(call, list(errors), done=done) from errors[0][0]
 
     def _signal(self, signal: Signal, key: Key | None, *, nbytes: int = 0,
                 hints: tuple[Key, ...] = ()) -> None:

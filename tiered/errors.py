@@ -59,6 +59,23 @@ class BackgroundError(TieredError, IOError):
         super().__init__(message)
         self.keys = keys
 
+    @classmethod
+    def of(cls, call: str, failures: list[tuple[BaseException, str, tuple[object, ...]]], *,
+           done: bool) -> BackgroundError:
+        """Say what failed before ``call`` (``failures``: the error, what, the keys).
+
+        ``done``: whether ``call`` did its own work first (``flush``) or nothing.
+        Raise the result ``from`` the first failure's exception.
+        """
+        keys = tuple(dict.fromkeys(k for _, _, ks in failures for k in ks))
+        first, what, _ = failures[0]
+        also = f" (and {len(failures) - 1} more failures)" if len(failures) > 1 else ""
+        outcome = "its own work was done" if done else "it was not carried out: call it again"
+        shown = ", ".join(map(repr, keys[:8])) + (" ..." if len(keys) > 8 else "")
+        return cls(f"{call}: background work failed before it: {what} failed: {first}{also}; keys "
+                   f"concerned: {shown}. Their data stay in the tier above, not yet durable; "
+                   f"{call} raised this once, and {outcome}", keys=keys)
+
 
 class CacheClosedError(TieredError, RuntimeError):
     """The cache was used after ``close()``."""
