@@ -197,7 +197,7 @@ def test_pyrevolve_disk_storage_is_dropped_when_cold(tmp_path: Path, singlefile:
     from pyrevolve.profiling import Profiler
     from pyrevolve.storage import DiskStorage
 
-    from tiered.bench.adjoint import cold_disk_storage
+    from tiered.bench.adjoint_rows import cold_disk_storage
 
     if in_memory_fs(tmp_path):
         pytest.skip("on tmpfs every file is memory: nothing to tell apart")
