@@ -17,16 +17,13 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from tiered.checksum import checksum
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
 from tiered.values import ValueMeta
-
-if TYPE_CHECKING:
-    from tiered.tiers.base import PersistentTier, Record
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -259,14 +256,3 @@ def host_view(region: Any, nbytes: int) -> np.ndarray:
 def leaf_checksums(region: np.ndarray, meta: ValueMeta) -> tuple[int, ...]:
     """Checksum each leaf of a host region."""
     return tuple(checksum(leaf_bytes(region, leaf)) for leaf in meta.leaves)
-
-
-def read_persistent(tier: PersistentTier, record: Record, dst: Any) -> None:
-    """Read ``record`` into ``dst`` (host or device region), verifying it on the host."""
-    if is_torch_region(dst):
-        host = staging_buffer(record.meta.nbytes)
-        tier.get_into(record, host)
-        copy_region(dst, host)
-    else:
-        tier.get_into(record, dst)
-

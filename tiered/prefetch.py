@@ -31,9 +31,10 @@ from tiered.engine import EngineCore
 from tiered.errors import CorruptDataError
 from tiered.index import Copy, Entry
 from tiered.keys import Key
-from tiered.movers import read_persistent, staging_buffer
+from tiered.movers import staging_buffer
 from tiered.payload import borrow_leaves, can_borrow, read_leaves
 from tiered.tiers.base import PersistentTier, Record
+from tiered.transfers import read_persistent
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The byte moves a lane runs between two tiers (no lock held, no index changed)."""
+"""The byte moves between two tiers that lanes and revisits run (no lock held, no index changed)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tiered.index import Copy, Entry
-from tiered.movers import host_view, leaf_checksums, read_persistent, staging_buffer
-from tiered.payload import copy_region
-from tiered.tiers.base import MemoryTier, PersistentTier
+from tiered.movers import host_view, leaf_checksums, staging_buffer
+from tiered.payload import copy_region, is_torch_region
+from tiered.tiers.base import MemoryTier, PersistentTier, Record
 
 
 def background(tiers: Sequence[MemoryTier]) -> contextlib.AbstractContextManager[Any]:
@@ -24,6 +24,16 @@ def background(tiers: Sequence[MemoryTier]) -> contextlib.AbstractContextManager
     for t in tiers:
         stack.enter_context(t.background())
     return stack
+
+
+def read_persistent(tier: PersistentTier, record: Record, dst: Any) -> None:
+    """Read ``record`` into ``dst`` (host or device region), verifying it on the host."""
+    if is_torch_region(dst):
+        host = staging_buffer(record.meta.nbytes)
+        tier.get_into(record, host)
+        copy_region(dst, host)
+    else:
+        tier.get_into(record, dst)
 
 
 def transfer(mem: Mapping[int, MemoryTier], disk: Mapping[int, PersistentTier], entry: Entry,
