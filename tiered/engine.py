@@ -171,11 +171,24 @@ class EngineCore:
         copy.pins -= 1
         doomed: list[tuple[int, Record]] = []
         if entry.gone and copy.pins == 0 and entry.copies.get(copy.tier) is copy:
-            record = self._drop_copy(entry, copy.tier)
-            if record is not None and entry.delete_files:
-                doomed.append((copy.tier, record))
+            doomed = self._let_go(entry, copy.tier, self._drop_copy(entry, copy.tier))
         self._cond.notify_all()
         return doomed
+
+    def _let_go(self, gone: Entry, tier: int, record: Record | None) -> list[tuple[int, Record]]:
+        """Return where a gone entry's file, freed late (pinned, or drained after), goes.
+
+        Deleted, unless the entry was replaced and its replacement is not yet home: then
+        it is parked on the replacement, deleted once that is durable (a crash before
+        still finds a durable older value).
+        """
+        if record is None:
+            return []
+        current = self._index.get(gone.key)
+        if not gone.delete_files and current is not None and current.dirty:
+            current.superseded.append((tier, record))
+            return []
+        return [(tier, record)]
 
     def _settle_returned(self) -> None:
         """Unpin the lent copies whose views are all gone (with or without the lock held)."""
@@ -387,9 +400,7 @@ class EngineCore:
             self._tstats(new.tier).bytes_in += nbytes
             if entry.gone:
                 self._add_copy(entry, new)
-                record = self._drop_copy(entry, new.tier)
-                if record is not None and entry.delete_files:
-                    doomed.append((new.tier, record))
+                doomed += self._let_go(entry, new.tier, self._drop_copy(entry, new.tier))
             else:
                 self._add_copy(entry, new)
                 if entry.dirty:
