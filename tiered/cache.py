@@ -293,19 +293,21 @@ class Cache(PrefetchEngine):
     def flush(self, timeout: float | None = None) -> None:
         """Block until every entry is durable in its home (deepest) tier.
 
-        Also waits for the files of discarded entries to be deleted.
+        Also waits for the files of discarded entries to be deleted (a deletion that failed
+        before is tried again).
 
         Raises
         ------
         BackgroundError
-            If a transfer failed (the data stays in the faster tier; a later ``flush``
-            retries it).
+            If a transfer or a deletion failed (the data stays in the faster tier, the
+            file stays; a later ``flush`` retries it).
         TimeoutError
             If ``timeout`` seconds pass first.
         """
         self._check_open()
         self._settle_returned()
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._deletions.retry()  # what failed before is tried again, and reported if it fails
         while True:
             with self._cond:
                 for entry in self._index.values():

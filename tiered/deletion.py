@@ -44,6 +44,7 @@ class Deletions:
         self._lane = Lane("delete")
         self.pending = 0  # deletions queued or running (read under ``cond``)
         self.closed = False  # after close: deletions run in the caller's thread
+        self.failed: list[tuple[int, Record]] = []  # to try again (read under ``cond``)
 
     def delete(self, doomed: Doomed, *, now: bool = False) -> None:
         """Delete ``doomed`` records: on the lane, or here when ``now`` (room needed now)."""
@@ -57,15 +58,34 @@ class Deletions:
         self._lane.submit(self._run, list(doomed))
 
     def unlink(self, doomed: Doomed, *, recycle: bool = True) -> None:
-        """Delete ``doomed`` records in the calling thread (``recycle``: as spares, maybe)."""
+        """Delete ``doomed`` records in the calling thread (``recycle``: as spares, maybe).
+
+        A record whose deletion fails is kept to try again (:meth:`retry`), and the
+        failure is raised after the rest were tried.
+        """
+        first: BaseException | None = None
         for tier, record in doomed:
-            self._tiers[tier].delete(record, recycle=recycle)
+            try:
+                self._tiers[tier].delete(record, recycle=recycle)
+            except Exception as exc:
+                first = first or exc
+                with self._cond:
+                    self.failed.append((tier, record))
+        if first is not None:
+            raise first
+
+    def retry(self) -> None:
+        """Queue again the deletions that failed (``flush`` and ``close`` call this)."""
+        with self._cond:
+            doomed, self.failed = self.failed, []
+        self.delete(doomed)
 
     def _run(self, doomed: list[tuple[int, Record]]) -> None:
         try:
             self.unlink(doomed)
         except BaseException as exc:
-            log.error("deleting %d discarded object(s) failed: %s", len(doomed), exc)
+            log.error("deleting discarded object(s) failed (tried again at the next flush or "
+                      "close): %s", exc)
             with self._cond:
                 self._failed(exc, f"deleting {len(doomed)} discarded object(s)",
                              tuple(record.key for _, record in doomed))
@@ -89,3 +109,8 @@ class Deletions:
         """Finish what is queued (what was discarded stays discarded), then stop the lane."""
         self.closed = True
         self._lane.shutdown(cancel=False)
+        try:
+            self.retry()  # in this thread now
+        except Exception as exc:
+            log.error("deleting %d discarded object(s) failed again at close; their files "
+                      "stay: %s", len(self.failed), exc)
