@@ -217,7 +217,7 @@ class EngineCore:
         first: Record | None | bool = False
         for key in victims:
             self._tstats(tier).evictions += 1
-            record = self._drop_copy(self._index[key], tier)
+            record = self._drop_copy(self._plan.resident[tier][key], tier)
             if first is False:  # only a persistent tier's copy has a file to delete
                 first = record if record is not None else True
         return first

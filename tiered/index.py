@@ -47,6 +47,14 @@ class Entry:
     gone: bool = False  # discarded or replaced: free copies as their pins drop
     consumed: bool = False  # revisited since it was stored
     delete_files: bool = True  # when gone: delete its files too (False: kept for the next)
+    # what the planner files its copies under: the key while it is current; another name
+    # while only a version names it, so that it never collides with the key's current copies
+    slot: Any = None
+    failure: BaseException | None = None  # why its last drain failed (a commit waits on it)
+
+    def __post_init__(self) -> None:
+        if self.slot is None:
+            self.slot = self.key
 
     @property
     def dirty(self) -> bool:

@@ -121,18 +121,19 @@ class Planner:
     def add_copy(self, entry: Entry, copy: Copy) -> None:
         """Record a new copy of ``entry`` (the tier's policy sees it inserted)."""
         entry.copies[copy.tier] = copy
-        self.resident[copy.tier][entry.key] = entry
+        slot = entry.slot
+        self.resident[copy.tier][slot] = entry
         deepest = max(entry.copies)
         for tier in entry.copies:
             if tier < deepest:
-                self.clean[tier][entry.key] = entry
-        self.policies[copy.tier].observe("insert", entry.key, ctx=EventContext(
+                self.clean[tier][slot] = entry
+        self.policies[copy.tier].observe("insert", slot, ctx=EventContext(
             nbytes=entry.meta.nbytes, now=self.tick()))
 
     def drop_copy(self, entry: Entry, tier: int) -> Copy:
         """Forget ``entry``'s copy in ``tier`` and return it (its bytes are the caller's)."""
         copy = entry.copies.pop(tier)
-        key = entry.key
+        key = entry.slot
         if self.resident[tier].get(key) is entry:
             del self.resident[tier][key]
         if self.clean[tier].get(key) is entry:
@@ -165,7 +166,7 @@ class Planner:
 
     def access(self, entry: Entry, tier: int) -> None:
         """Record that a revisit was served from ``entry``'s copy in ``tier``."""
-        self.policies[tier].observe("access", entry.key, ctx=EventContext(
+        self.policies[tier].observe("access", entry.slot, ctx=EventContext(
             nbytes=entry.meta.nbytes, now=self.tick()))
 
     # ----------------------------------------------------------------- decisions
@@ -293,7 +294,10 @@ class Planner:
         return hopeless(self.models, self.resident, tier, nbytes)
 
     def victims(self, tier: int, need: int, limit: float = -1.0, ahead: int = 0) -> list[Key]:
-        """Return the keys whose copies in ``tier`` to evict, in order (none: nothing may go).
+        """Return the slots whose copies in ``tier`` to evict, in order (none: nothing may go).
+
+        A slot is the key of a current entry (see :attr:`Entry.slot`); ``resident[tier]``
+        maps it to the entry.
 
         One victim for ``need`` bytes, then more while their bytes add up to at most
         ``ahead`` (room for the stores to come, from the same scan), stopping at a
@@ -307,8 +311,9 @@ class Planner:
             if victim is None or victim not in candidates:
                 break
             if chosen:  # one more, for the stores to come
-                ahead -= self.nbytes[victim]
-                copy = self.index[victim].copies[tier]
+                entry = self.resident[tier][victim]
+                ahead -= entry.meta.nbytes
+                copy = entry.copies[tier]
                 if ahead < 0 or (copy.prefetched and not copy.used):
                     break  # a prefetch not yet read is not given up for a store to come
             chosen.append(victim)

@@ -147,7 +147,7 @@ class Replay:
             if not victims:
                 return None
             for key in victims:
-                self._drop(self.planner.index[key])
+                self._drop(self.planner.resident[FAST][key])
                 self.result.evictions += 1
         return extent
 
