@@ -10,22 +10,22 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tiered.config import CacheConfig, OnFull, WriteBack
-from tiered.errors import TierFullError
+from tiered.errors import CorruptDataError, TierFullError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
 from tiered.movers import leaf_checksums, staging_buffer
 from tiered.payload import check_out, write_leaves
 from tiered.policies.base import PolicySpec, PredictorSpec
-from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
 from tiered.stats import CacheStats
 from tiered.tiers.base import Record, Tier
 from tiered.values import ValueMeta, flatten, unflatten
+from tiered.versioned import VersionedEngine
 
 log = logging.getLogger(__name__)
 
 
-class Cache(PrefetchEngine):
+class Cache(VersionedEngine):
     """A write-back cache of checkpoint values over an ordered list of tiers.
 
     Parameters
@@ -47,22 +47,33 @@ class Cache(PrefetchEngine):
         from :class:`~tiered.config.CacheConfig`.
     on_full, full_timeout_s, promote, prefetch_depth, write_back
         Override those fields of ``config`` (see :class:`~tiered.config.CacheConfig`).
+    readonly : bool
+        Open existing persistent tiers to read their committed versions only, beside a
+        writer: no lock is taken, nothing is repaired, drained or deleted, and ``store``,
+        ``discard``, ``commit`` and ``retain`` raise :class:`~tiered.errors.ReadOnlyError`.
+    keep_last : int, optional
+        Keep only this many versions: older ones are deleted once a new one is durable
+        (see :meth:`retain`).
     comm : None
         Reserved for MPI communicators (collective commits).
 
     Notes
     -----
     Thread-safe: ``store``, ``revisit``, ``hint`` and ``discard`` may be called from several
-    threads. Opening a cache over existing persistent tiers is a restart: their durable,
-    well-formed entries are visible again, and what was set aside is listed in
-    :attr:`recovery`.
+    threads. Opening a cache over existing persistent tiers is a restart. Once the cache
+    has committed a version, its catalog alone says what comes back: the head's key space
+    (with what the last ``flush`` since made durable) and every kept version; other files
+    are garbage, removed. Before any commit, the newest well-formed object of each key
+    comes back. What was set aside is listed in :attr:`recovery`. A persistent tier has one
+    writer at a time (:class:`~tiered.errors.TierLockedError` for a second).
     """
 
     def __init__(self, tiers: Sequence[Tier], *, eviction: PolicySpec = "lru",
                  prefetch: PredictorSpec = None, config: CacheConfig | None = None,
                  on_full: OnFull | None = None, full_timeout_s: float | None = None,
                  promote: bool | None = None, prefetch_depth: int | None = None,
-                 write_back: WriteBack | None = None, comm: Any = None) -> None:
+                 write_back: WriteBack | None = None, readonly: bool = False,
+                 keep_last: int | None = None, comm: Any = None) -> None:
         if comm is not None:
             raise ValueError("comm: collective MPI commits are not available in this version")
         given: dict[str, Any] = {"on_full": on_full, "full_timeout_s": full_timeout_s,
@@ -70,19 +81,10 @@ class Cache(PrefetchEngine):
                                  "write_back": write_back}
         config = dataclasses.replace(config or CacheConfig(),
                                      **{k: v for k, v in given.items() if v is not None})
-        super().__init__(tiers, eviction, prefetch, config)
+        super().__init__(tiers, eviction, prefetch, config, readonly=readonly,
+                         keep_last=keep_last)
         with self._cond:
             self.recovery: list[str] = self._recover()
-
-    def _enter(self, call: str) -> None:
-        """Do what every public call does first; raise, and ``call`` does nothing else.
-
-        Refuse if closed, take back lent copies, raise background failures not yet
-        reported.
-        """
-        self._check_open()
-        self._settle_returned()
-        self._raise_errors(call)
 
     # ----------------------------------------------------------------- store
     def store(self, key: Key, value: Any) -> None:
@@ -96,6 +98,7 @@ class Cache(PrefetchEngine):
             If no tier can ever hold the value, or room did not appear in time.
         """
         self._enter("store")
+        self._writable("store")
         key = canonical_key(key)
         meta, arrays = flatten(value)
         with self._cond:
@@ -184,13 +187,17 @@ class Cache(PrefetchEngine):
         self._delete(doomed)
 
     # ----------------------------------------------------------------- revisit
-    def revisit(self, key: Key, *, out: Any = None, copy: bool = True) -> Any:
+    def revisit(self, key: Key, *, version: object = None, out: Any = None,
+                copy: bool = True) -> Any:
         """Return the value stored under ``key``, from the fastest tier holding it.
 
         Parameters
         ----------
         key
             As given to :meth:`store`.
+        version : Version, int or str, optional
+            Read ``key`` as of this committed version (by handle, id or label) instead of
+            the key space's current value.
         out : array, tensor or nested structure of them, optional
             Contiguous arrays shaped like the stored value to copy it into (no allocation).
             The value returned holds ``out``'s arrays (it is ``out`` for a single array) and
@@ -207,11 +214,15 @@ class Cache(PrefetchEngine):
         Raises
         ------
         KeyError
-            (:class:`~tiered.UnknownKeyError`) if ``key`` was never stored or was discarded.
+            (:class:`~tiered.UnknownKeyError`) if ``key`` was never stored or was discarded
+            (or is not in ``version``; :class:`~tiered.errors.UnknownVersionError` if there
+            is no such version).
         ValueError
             If ``out`` does not match the stored value's structure, dtypes and shapes.
         CorruptDataError
-            If every persistent copy fails verification (and no memory copy exists).
+            If every persistent copy fails verification (and no memory copy exists); never
+            answered with another version's value. The versions naming it are marked
+            failed.
         """
         self._enter("revisit")
         key = canonical_key(key)
@@ -222,11 +233,14 @@ class Cache(PrefetchEngine):
         if out is not None:
             out_meta, into = flatten(out)
             with self._cond:
-                check_out(self._lookup(key).meta, out_meta, into)
+                check_out(self._lookup(key, version).meta, out_meta, into)
         started = time.perf_counter()
-        self._await_prefetch(key)
         with self._cond:
-            entry = self._lookup(key)
+            vid = None if version is None else self._lineage.resolve(version).id
+            first = self._lookup(key, version)
+        self._await_prefetch(first)
+        with self._cond:
+            entry = self._lookup(key, version)
             where = entry.fastest()
             where.pins += 1
             entry.consumed = True
@@ -235,6 +249,8 @@ class Cache(PrefetchEngine):
             self._signal("revisit", key, nbytes=entry.meta.nbytes)
             self._storing = False
             self._kick()
+            if vid is not None:
+                self._versions_read[vid] += 1
         borrowed = False
         try:
             lent = None if from_disk or copy else self._borrow_memory(entry, where)
@@ -246,9 +262,15 @@ class Cache(PrefetchEngine):
                 leaves = self._read_persistent(entry, where, into)
                 with self._cond:
                     self._stats.stall_s += time.perf_counter() - started
+        except CorruptDataError as exc:
+            with self._cond:
+                raise self._corrupt(entry, exc) from exc
         finally:
             if not borrowed:  # a borrowed copy stays pinned until its views are gone
                 self._release(entry, where, demand=from_disk)
+            if vid is not None:
+                with self._cond:
+                    self._versions_read[vid] -= 1
         return unflatten(entry.meta.spec, leaves)
 
     def _release(self, entry: Entry, where: Copy, *, demand: bool = False) -> None:
@@ -281,6 +303,7 @@ class Cache(PrefetchEngine):
         and :meth:`close` wait for that).
         """
         self._enter("discard")
+        self._writable("discard")
         key = canonical_key(key)
         with self._cond:
             entry = self._lookup(key)
@@ -292,6 +315,10 @@ class Cache(PrefetchEngine):
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every entry is durable in its home (deepest) tier.
+
+        Also waits for the commits in flight and, once the cache has versions, records
+        the key space in the catalog: a restart comes back to it (stores and discards
+        after the last flush are not recorded, and do not come back).
 
         Also waits for the files of discarded entries to be deleted (a deletion that failed
         before is tried again).
@@ -306,6 +333,8 @@ class Cache(PrefetchEngine):
         """
         self._check_open()
         self._settle_returned()
+        if self._readonly:
+            return  # a reader has nothing to make durable
         deadline = None if timeout is None else time.monotonic() + timeout
         self._deletions.retry()  # what failed before is tried again, and reported if it fails
         while True:
@@ -320,6 +349,8 @@ class Cache(PrefetchEngine):
                 concurrent.futures.wait(futures, timeout=remaining)
             if not futures and not self._deletions.settle(deadline):
                 raise TimeoutError("flush: deletions of discarded files still running")
+            if not futures:
+                self._settle_versions(deadline)  # commits in flight, then the key space
             self._raise_errors("flush", done=True)  # after this round settled: reported once
             if not futures:
                 return
@@ -337,6 +368,7 @@ class Cache(PrefetchEngine):
                 self._cond.notify_all()
             for lane in [self._prefetch_lane, *self._lanes.values()]:
                 lane.shutdown(cancel=True)
+            self._commit_lane.shutdown(cancel=False)  # a commit waiting for drains fails
             if self._read_lane is not None:  # after the pump, which feeds it; a queued
                 self._read_lane.shutdown(cancel=False)  # read holds room: let it finish
             self._deletions.shutdown()  # what was discarded stays discarded

@@ -46,8 +46,11 @@ class Deletions:
         self.closed = False  # after close: deletions run in the caller's thread
         self.failed: list[tuple[int, Record]] = []  # to try again (read under ``cond``)
 
-    def delete(self, doomed: Doomed, *, now: bool = False) -> None:
-        """Delete ``doomed`` records: on the lane, or here when ``now`` (room needed now)."""
+    def delete(self, doomed: Doomed, *, now: bool = False, report: bool = True) -> None:
+        """Delete ``doomed`` records: on the lane, or here when ``now`` (room needed now).
+
+        ``report``: a failure is raised at the cache's next call (a retry only logs it).
+        """
         if not doomed:
             return
         if now or self.closed:
@@ -55,7 +58,7 @@ class Deletions:
             return
         with self._cond:
             self.pending += 1
-        self._lane.submit(self._run, list(doomed))
+        self._lane.submit(self._run, list(doomed), report)
 
     def unlink(self, doomed: Doomed, *, recycle: bool = True) -> None:
         """Delete ``doomed`` records in the calling thread (``recycle``: as spares, maybe).
@@ -75,20 +78,24 @@ class Deletions:
             raise first
 
     def retry(self) -> None:
-        """Queue again the deletions that failed (``flush`` and ``close`` call this)."""
+        """Queue again the deletions that failed (``flush`` and ``close`` call this).
+
+        A failure was reported once already; failing again, it is only logged.
+        """
         with self._cond:
             doomed, self.failed = self.failed, []
-        self.delete(doomed)
+        self.delete(doomed, report=False)
 
-    def _run(self, doomed: list[tuple[int, Record]]) -> None:
+    def _run(self, doomed: list[tuple[int, Record]], report: bool) -> None:
         try:
             self.unlink(doomed)
         except BaseException as exc:
             log.error("deleting discarded object(s) failed (tried again at the next flush or "
                       "close): %s", exc)
-            with self._cond:
-                self._failed(exc, f"deleting {len(doomed)} discarded object(s)",
-                             tuple(record.key for _, record in doomed))
+            if report:
+                with self._cond:
+                    self._failed(exc, f"deleting {len(doomed)} discarded object(s)",
+                                 tuple(record.key for _, record in doomed))
             raise
         finally:
             with self._cond:

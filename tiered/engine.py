@@ -43,6 +43,8 @@ class TransferCancelledError(Exception):
 class EngineCore:
     """Index, room-making and background drains shared by the public :class:`Cache`."""
 
+    _readonly = False  # opened to read committed versions only: no repairs, no drains
+
     def __init__(self, tiers: Sequence[Tier], eviction: PolicySpec, prefetch: PredictorSpec,
                  config: CacheConfig) -> None:
         tiers = list(tiers)
@@ -114,6 +116,16 @@ class EngineCore:
         if entry is not None and (entry.gone or self._closed):
             raise TransferCancelledError(f"transfer of {entry.key!r} cancelled: "
                             + ("discarded" if entry.gone else "the cache closed"))
+
+    def _enter(self, call: str) -> None:
+        """Do what every public call does first; raise, and ``call`` does nothing else.
+
+        Refuse if closed, take back lent copies, raise background failures not yet
+        reported.
+        """
+        self._check_open()
+        self._settle_returned()
+        self._raise_errors(call)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -333,6 +345,7 @@ class EngineCore:
         if dst is None:  # no tier below takes it (reopened with smaller tiers): it stays
             log.warning("%r cannot drain: no tier below its copy can hold it", entry.key)
             return
+        entry.failure = None
         entry.drain = self._lanes[dst].submit(self._run_drain, entry, dst)
 
     def _run_drain(self, entry: Entry, dst: int) -> None:
@@ -348,6 +361,7 @@ class EngineCore:
             log.error("%s failed: %s", what, exc)
             with self._cond:
                 entry.drain = None
+                entry.failure = exc
                 self._failed(exc, what, (entry.key,))
             raise
 
@@ -435,13 +449,15 @@ class EngineCore:
 
     def _recover(self) -> list[str]:
         """Rebuild the index from the persistent tiers (this is restart)."""
-        found, problems = recovery.scan(self._disk)
+        found, problems = recovery.scan(self._disk, repair=not self._readonly)
         for entry, copies in recovery.entries(found, self._home):
             for copy in copies:
                 self._add_copy(entry, copy)
             self._index_put(entry)
             self._next_version = max(self._next_version, entry.version + 1)
-            if entry.dirty:
+            if self._readonly:
+                entry.superseded = []  # a reader changes nothing
+            elif entry.dirty:
                 self._schedule_drain(entry)
             elif entry.superseded:  # left by the run before: gone before this one writes
                 self._deletions.unlink(entry.superseded, recycle=False)

@@ -79,3 +79,22 @@ class BackgroundError(TieredError, IOError):
 
 class CacheClosedError(TieredError, RuntimeError):
     """The cache was used after ``close()``."""
+
+
+class TierLockedError(TieredError, RuntimeError):
+    """A persistent tier is already open for writing (one writer per directory)."""
+
+
+class ReadOnlyError(TieredError, RuntimeError):
+    """A change was asked of a cache opened with ``readonly=True``."""
+
+
+class UnknownVersionError(TieredError, KeyError):
+    """No committed version has that id or label (or it was deleted by retention)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class VersionFailedError(TieredError, IOError):
+    """A version could not be made durable, or a copy it names failed verification."""

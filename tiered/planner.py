@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from tiered.index import Copy, Entry
 from tiered.keys import Key
+from tiered.lineage import Lineage, Obj
 from tiered.policies.base import (
     NEVER,
     EventContext,
@@ -89,6 +90,8 @@ class Planner:
         # "far" alike too. Far more than prefetching reads ahead (prefetch_depth).
         self.horizon_keys: float = (max(HORIZON_KEYS, 16 * prefetch_depth)
                                     if horizon_keys is None else horizon_keys)
+        self.lineage = Lineage()  # the versions, and which objects they name
+        self.objects: dict[Obj, Entry] = {}  # every object a kept version names
         self.pending = Pending(len(self.models))  # lazy write-back: stores not yet draining
         self.writing = [0] * len(self.models)  # bytes reserved by writes in flight, per tier
         self.clock = 0.0
@@ -145,16 +148,57 @@ class Planner:
         return copy
 
     def retire(self, old: Entry, *, delete_files: bool) -> list[int]:
-        """Mark ``old`` gone (discarded or replaced); return the tiers whose copies go now.
+        """``old`` left the key space (discarded or replaced); return the tiers whose copies go now.
 
-        Those are its unpinned copies; a pinned one goes when its last pin is released.
+        If a kept version names it, it stays whole: filed under another slot (its copies
+        stay, clean ones evictable like any other), nothing goes. Otherwise it is gone:
+        its unpinned copies go now, a pinned one when its last pin is released.
         ``delete_files``: whether its files go too, or stay for the next version until that
         one is home.
         """
+        if self.lineage.named((old.key, old.version)):
+            self.refile(old, ("~version", old.key, old.version))
+            return []
         old.gone = True
         old.delete_files = delete_files
         self.pending.discard(old)
         return [tier for tier, copy in old.copies.items() if copy.pins == 0]
+
+    def refile(self, entry: Entry, slot: object) -> None:
+        """File ``entry``'s copies under ``slot`` (the policies see them removed and inserted)."""
+        if entry.slot == slot:
+            return
+        copies = dict(entry.copies)
+        for tier in sorted(copies, reverse=True):
+            self.drop_copy(entry, tier)
+        entry.slot = slot
+        for tier in sorted(copies, reverse=True):
+            self.add_copy(entry, copies[tier])
+
+    def named(self, entries: Mapping[Key, Entry]) -> None:
+        """Note that a new version names each of ``entries`` (the key space at a commit)."""
+        for entry in entries.values():
+            self.objects[(entry.key, entry.version)] = entry
+
+    def unnamed(self, freed: Sequence[Obj]) -> list[Entry]:
+        """Forget objects no kept version names any more; return those not current.
+
+        The caller retires what is returned (with their files): nothing refers to them.
+        """
+        out: list[Entry] = []
+        for obj in freed:
+            entry = self.objects.pop(obj, None)
+            if entry is not None and self.index.get(entry.key) is not entry:
+                out.append(entry)
+        return out
+
+    def reinstate(self, entry: Entry) -> None:
+        """Make ``entry`` (a kept version's object) its key's current entry again.
+
+        The key's previous entry must have been popped and retired first.
+        """
+        self.refile(entry, entry.key)
+        self.put(entry)
 
     def write_started(self, tier: int, nbytes: int) -> None:
         """Count ``nbytes`` reserved in persistent ``tier`` by a write not yet committed."""

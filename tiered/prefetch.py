@@ -30,7 +30,6 @@ from typing import Any
 from tiered.engine import EngineCore
 from tiered.errors import CorruptDataError
 from tiered.index import Copy, Entry
-from tiered.keys import Key
 from tiered.movers import staging_buffer
 from tiered.payload import borrow_leaves, can_borrow, read_leaves
 from tiered.tiers.base import PersistentTier, Record
@@ -217,9 +216,10 @@ class PrefetchEngine(EngineCore):
         weakref.finalize(owner, self._returned.append, (entry, where)).atexit = False
         return leaves
 
-    def _await_prefetch(self, key: Key) -> None:
+    def _await_prefetch(self, entry: Entry) -> None:
+        """Wait for a prefetch of ``entry`` in flight (no lock held)."""
         with self._cond:
-            future = self._lookup(key).prefetch
+            future = entry.prefetch
         if future is None or future.done():
             return
         started = time.perf_counter()

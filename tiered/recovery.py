@@ -9,34 +9,39 @@ deletes what this module says; it moves no bytes itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping
 
 from tiered.index import Copy, Entry
 from tiered.keys import Key
+from tiered.lineage import VersionInfo
 from tiered.tiers.base import PersistentTier, Record
 
 log = logging.getLogger(__name__)
 
 
-def scan(tiers: Mapping[int, PersistentTier]) -> tuple[dict[Key, list[tuple[int, Record]]],
-                                                       list[str]]:
-    """Scan each tier (repairing it); return every key's records by tier, and the problems.
+Found = dict[Key, list[tuple[int, Record]]]  # every key's records, with their tiers
 
-    Older versions of a key are reported as problems here (they are deleted once the
-    newest is home).
+
+def scan(tiers: Mapping[int, PersistentTier], *, repair: bool = True,
+         newest: bool = True) -> tuple[Found, list[str]]:
+    """Scan each tier; return every key's records by tier, and the problems.
+
+    ``repair``: let each tier remove its temp files. ``newest``: report a key's older
+    versions as superseded (without a catalog, they are deleted once the newest is home).
     """
     problems: list[str] = []
-    found: dict[Key, list[tuple[int, Record]]] = {}
+    found: Found = {}
     for i, tier in sorted(tiers.items()):
-        report = tier.scan()
+        report = tier.scan(repair=repair)
         problems += report.problems
         for record in report.records:
             found.setdefault(record.key, []).append((i, record))
-    for copies in found.values():
-        newest = max(r.version for _, r in copies)
+    for copies in found.values() if newest else ():
+        last = max(r.version for _, r in copies)
         problems += [f"{tiers[i].name}: superseded version {r.path.name} removed"
-                     for i, r in copies if r.version != newest]
+                     for i, r in copies if r.version != last]
     for problem in problems:
         log.warning("recovery: %s", problem)
     return found, problems
@@ -56,3 +61,61 @@ def entries(found: Mapping[Key, list[tuple[int, Record]]],
         entry = Entry(key, newest, meta, home(meta.nbytes), checksums=current[0][1].checksums)
         entry.superseded = [(i, r) for i, r in copies if r.version != newest]
         yield entry, [Copy(i, record=record) for i, record in current]
+
+
+@dataclasses.dataclass
+class Restored:
+    """What :func:`from_catalog` decided: the objects to index and what to set aside."""
+
+    current: list[tuple[Entry, list[Copy]]]  # the key space
+    kept: list[tuple[Entry, list[Copy]]]  # objects only a kept version names
+    garbage: list[tuple[int, Record]]  # files no version and no working state names
+    failed: dict[int, str]  # versions naming an object that is missing
+    lost: dict[Key, str]  # keys of the key space whose object is missing
+    problems: list[str]
+
+
+def from_catalog(found: Found, versions: list[VersionInfo], space: Mapping[Key, int],
+                 home: Callable[[int], int], names: Mapping[int, str], *,
+                 repair: bool = True) -> Restored:
+    """Decide a restart from the catalog: it alone says what exists.
+
+    ``space``: the key space to restore (the head's, or the working state recorded
+    since); ``names``: tier names by position, for the report. Without ``repair`` (a
+    reader) files the catalog does not name are neither collected nor reported: a
+    writer beside it may be writing them.
+    """
+    by_obj: dict[tuple[Key, int], list[tuple[int, Record]]] = {}
+    for key, copies in found.items():
+        for i, record in copies:
+            by_obj.setdefault((key, record.version), []).append((i, record))
+    named = {obj for info in versions for obj in info.named()} | set(space.items())
+    out = Restored([], [], [], {}, {}, [])
+    for obj in sorted(named, key=lambda o: o[1]):
+        held = by_obj.get(obj, [])
+        if not held:
+            continue
+        record = held[0][1]
+        entry = Entry(obj[0], obj[1], record.meta, home(record.meta.nbytes),
+                      checksums=record.checksums)
+        made = [Copy(i, record=r) for i, r in held]
+        if space.get(obj[0]) == obj[1]:
+            out.current.append((entry, made))
+        else:
+            entry.slot = ("~version", obj[0], obj[1])
+            out.kept.append((entry, made))
+    for obj, copies in by_obj.items() if repair else ():
+        if obj not in named:
+            out.garbage += copies
+            out.problems += [f"{names[i]}: {r.path.name} is named by no version: removed"
+                             for i, r in copies]
+    for info in versions:
+        missing = [k for k, v in info.objects.items() if (k, v) not in by_obj]
+        if missing:
+            out.failed[info.id] = f"object of {missing[0]!r} missing"
+    for key, ver in space.items():
+        if (key, ver) not in by_obj:
+            out.lost[key] = f"key {key!r}: its object (version {ver}) is missing or damaged"
+    out.problems += [f"version {vid}: {why}" for vid, why in out.failed.items()]
+    out.problems += list(out.lost.values())
+    return out

@@ -42,6 +42,7 @@ from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
 from tiered.tiers.files import advise_file, fsync_dir, unlink_quietly
+from tiered.tiers.lock import WriterLock
 from tiered.tiers.model import TierModel, counted_bytes
 from tiered.values import ValueMeta
 
@@ -241,6 +242,22 @@ class PersistentTier(Tier):
         self._root_str = os.fspath(self.root)
         self._lock = threading.Lock()
         self._used = 0
+        self._writer = WriterLock(self.root)
+
+    def lock_for_writing(self) -> None:
+        """Take the directory's one-writer lock until :meth:`close` (a cache does this).
+
+        Raises
+        ------
+        TierLockedError
+            If another writer holds it; the message names its pid and host.
+        """
+        self._writer.acquire()
+
+    def close(self) -> None:
+        """Release the writer lock, if held; idempotent."""
+        super().close()
+        self._writer.release()
 
     @property
     def used_bytes(self) -> int:

@@ -197,10 +197,10 @@ class DirectoryTier(PersistentTier):
         return self.direct or self.sync or self.drop_pages
 
     def close(self) -> None:
-        """Remove the spare files; idempotent."""
-        super().close()
+        """Remove the spare files, then release the writer lock; idempotent."""
         for spare in self._spares.close():
             unlink_quietly(spare)
+        super().close()
 
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
                     region: np.ndarray) -> tuple[int, Offsets]:

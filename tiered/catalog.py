@@ -1,0 +1,190 @@
+"""The catalog: commit records, the head and the durable working state, on disk.
+
+It lives in ``.tiered/`` under the root of the cache's deepest persistent tier, made at the
+first commit (a cache that never commits has none, and restarts as before it existed)::
+
+    .tiered/versions/v00000003.json   one commit record per version (written last, atomically)
+    .tiered/versions/v00000003.failed a version found damaged (latest() skips it)
+    .tiered/HEAD                      {"head": 3, "seq": 7}: where the next commit descends
+    .tiered/work.json                 the key space made durable by the last flush since
+                                      that head (keys stored or discarded outside commits)
+
+Every file is written to a temp name, fsync'd, renamed into place and its directory
+fsync'd: a crash leaves the old file or the new one, whole. Records that cannot be read
+(cut short by a crash before the rename cannot happen; damage can) are reported, not used.
+This module reads and writes; what the records mean is :mod:`tiered.lineage`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from tiered.crashpoints import crash_point
+from tiered.keys import Key, key_from_json, key_to_json
+from tiered.lineage import VersionInfo
+from tiered.tiers.files import fsync_dir, unlink_quietly
+
+FORMAT = "tiered-version/1"
+DIRNAME = ".tiered"
+TMP = ".tmp-"
+
+
+@dataclasses.dataclass
+class Loaded:
+    """What :meth:`Catalog.load` found."""
+
+    versions: list[VersionInfo]
+    head: int | None
+    seq: int
+    work: dict[Key, int] | None  # the working key space, if it belongs to this head
+    problems: list[str]
+
+
+def _encode_objects(objects: dict[Key, int]) -> list[list[Any]]:
+    return [[key_to_json(k), v] for k, v in objects.items()]
+
+
+def _decode_objects(rows: list[list[Any]]) -> dict[Key, int]:
+    return {key_from_json(k): int(v) for k, v in rows}
+
+
+class Catalog:
+    """The catalog under ``root`` (a persistent tier's root directory).
+
+    Parameters
+    ----------
+    root : Path
+        The tier's root; the catalog is ``root / ".tiered"``.
+    sync : bool
+        fsync what is written (as the tier does).
+    """
+
+    def __init__(self, root: Path, *, sync: bool = True) -> None:
+        self.dir = root / DIRNAME
+        self.versions_dir = self.dir / "versions"
+        self.sync = sync
+        self.seq = 0
+
+    def exists(self) -> bool:
+        """Whether a catalog was ever made here."""
+        return self.versions_dir.is_dir()
+
+    # ----------------------------------------------------------------- writing
+    def _write(self, path: Path, doc: dict[str, Any], *, points: bool = False) -> None:
+        """Write ``doc`` as JSON at ``path`` atomically (temp, fsync, rename, fsync dir)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{TMP}{os.getpid():x}-{random.getrandbits(32):08x}-{path.name}")
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, data)
+            if self.sync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            unlink_quietly(tmp)
+            raise
+        os.close(fd)
+        if points:
+            crash_point("commit.record-temp")
+        os.replace(tmp, path)
+        if points:
+            crash_point("commit.record-renamed")
+        if self.sync:
+            fsync_dir(path.parent)
+        if points:
+            crash_point("commit.dir-synced")
+
+    def record_path(self, vid: int) -> Path:
+        """Return the path of version ``vid``'s commit record."""
+        return self.versions_dir / f"v{vid:08d}.json"
+
+    def write_version(self, info: VersionInfo) -> None:
+        """Write ``info``'s commit record (its objects are durable already)."""
+        crash_point("commit.objects")
+        self._write(self.record_path(info.id), {
+            "format": FORMAT, "id": info.id, "parent": info.parent, "label": info.label,
+            "meta": info.meta, "created": info.created, "nbytes": info.nbytes,
+            "objects": _encode_objects(info.objects)}, points=True)
+
+    def write_head(self, head: int | None) -> None:
+        """Move the head on disk (a new sequence number: older working states stop counting)."""
+        self.seq += 1
+        self._write(self.dir / "HEAD", {"head": head, "seq": self.seq})
+
+    def write_work(self, head: int | None, objects: dict[Key, int]) -> None:
+        """Record the working key space made durable since the head was last moved."""
+        self._write(self.dir / "work.json", {"head": head, "seq": self.seq,
+                                             "objects": _encode_objects(objects)})
+
+    def mark_failed(self, vid: int, why: str) -> None:
+        """Record that version ``vid`` is damaged (kept for inspection; skipped by latest)."""
+        self._write(self.versions_dir / f"v{vid:08d}.failed", {"id": vid, "why": why})
+
+    def delete_version(self, vid: int) -> None:
+        """Remove version ``vid``'s record (retention); its objects are the caller's."""
+        unlink_quietly(self.record_path(vid))
+        unlink_quietly(self.versions_dir / f"v{vid:08d}.failed")
+        if self.sync:
+            fsync_dir(self.versions_dir)
+
+    # ----------------------------------------------------------------- reading
+    def load(self, *, repair: bool) -> Loaded:
+        """Read every record, the head and the working state (``repair``: remove temps)."""
+        problems: list[str] = []
+        versions: list[VersionInfo] = []
+        failed: dict[int, str] = {}
+        for path in sorted(self.versions_dir.iterdir()):
+            if path.name.startswith(TMP):
+                problems.append(f"catalog: removed unfinished record {path.name}" if repair
+                                else f"catalog: found unfinished record {path.name}")
+                if repair:
+                    unlink_quietly(path)
+                continue
+            try:
+                doc = json.loads(path.read_bytes())
+                if path.suffix == ".failed":
+                    failed[int(doc["id"])] = str(doc.get("why", ""))
+                    continue
+                if doc.get("format") != FORMAT:
+                    raise ValueError(f"unknown format {doc.get('format')!r}")
+                versions.append(VersionInfo(
+                    int(doc["id"]), doc["parent"], doc["label"], dict(doc["meta"]),
+                    float(doc["created"]), _decode_objects(doc["objects"]),
+                    int(doc.get("nbytes", 0)), durable=True))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                problems.append(f"catalog: damaged record {path.name} not loaded: {exc}")
+        for info in versions:
+            if info.id in failed:
+                info.failed, info.why = True, failed[info.id] or "marked damaged"
+        head, self.seq = self._read_head(problems)
+        return Loaded(sorted(versions, key=lambda v: v.id), head, self.seq,
+                      self._read_work(head, problems), problems)
+
+    def _read_head(self, problems: list[str]) -> tuple[int | None, int]:
+        path = self.dir / "HEAD"
+        try:
+            doc = json.loads(path.read_bytes())
+            return doc["head"], int(doc["seq"])
+        except FileNotFoundError:
+            return None, 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            problems.append(f"catalog: damaged HEAD ({exc}); the newest version is the head")
+            return None, 0
+
+    def _read_work(self, head: int | None, problems: list[str]) -> dict[Key, int] | None:
+        try:
+            doc = json.loads((self.dir / "work.json").read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            problems.append(f"catalog: damaged working state ({exc}); the head is used")
+            return None
+        if doc.get("head") != head or doc.get("seq") != self.seq:
+            return None  # flushed before the head last moved: the head's own keys count
+        return _decode_objects(doc["objects"])

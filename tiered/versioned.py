@@ -1,0 +1,404 @@
+"""Versions of the whole key space: commit, checkout, latest, diff, retain; restart from them.
+
+The lineage (:mod:`tiered.lineage`, held by the planner) decides; this layer carries it out:
+it waits on the commit lane until every object a version names is durable, then writes the
+commit record (:mod:`tiered.catalog`), and at open rebuilds the index from the catalog.
+A cache that never commits has no catalog and restarts from its tiers' files, as before.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from tiered import recovery
+from tiered.catalog import Catalog
+from tiered.config import CacheConfig
+from tiered.errors import (
+    CorruptDataError,
+    ReadOnlyError,
+    TieredError,
+    UnknownKeyError,
+    VersionFailedError,
+)
+from tiered.index import Entry
+from tiered.keys import Key
+from tiered.lineage import VersionInfo
+from tiered.movers import Lane
+from tiered.policies.base import PolicySpec, PredictorSpec
+from tiered.prefetch import PrefetchEngine
+from tiered.tiers.base import Record, Tier
+from tiered.versions import Change, Version, diff_objects
+
+log = logging.getLogger(__name__)
+COMMIT_POLL_S = 0.5  # a commit waiting for its drains looks again at least this often
+
+
+class VersionedEngine(PrefetchEngine):
+    """Adds versions to the engine (see the module docstring)."""
+
+    if TYPE_CHECKING:  # the public read, defined by the cache
+        def revisit(self, key: Key, *, version: object = None, out: Any = None,
+                    copy: bool = True) -> Any:
+            """See :meth:`tiered.Cache.revisit`."""
+
+    def __init__(self, tiers: Sequence[Tier], eviction: PolicySpec, prefetch: PredictorSpec,
+                 config: CacheConfig, *, readonly: bool, keep_last: int | None) -> None:
+        super().__init__(tiers, eviction, prefetch, config)
+        if keep_last is not None and (isinstance(keep_last, bool) or
+                                      not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(f"keep_last must be a positive integer or None, got {keep_last!r}")
+        self._readonly = readonly
+        self._keep_last = keep_last
+        self._lineage = self._plan.lineage
+        home = max(self._disk, default=None)
+        self._catalog = (None if home is None else
+                         Catalog(self._disk[home].root, sync=self._disk[home].sync))
+        self._done: dict[int, Future[None]] = {}  # per version: durable, or why not
+        self._handles: dict[int, Version] = {}
+        self._lost: dict[Key, str] = {}  # keys whose object was missing at open
+        self._versions_read: collections.Counter[int] = collections.Counter()  # versions being read
+        self._commit_lane = Lane("commit")
+        if not readonly:
+            self._lock_tiers()
+
+    def _lock_tiers(self) -> None:
+        """Take every persistent tier's one-writer lock, or none of them."""
+        taken = []
+        try:
+            for tier in self._disk.values():
+                tier.lock_for_writing()
+                taken.append(tier)
+        except BaseException:
+            for tier in taken:
+                tier.close()
+            raise
+
+    # ----------------------------------------------------------------- helpers
+    def _writable(self, call: str) -> None:
+        if self._readonly:
+            raise ReadOnlyError(f"{call}: this cache was opened with readonly=True")
+
+    def _handle(self, info: VersionInfo) -> Version:
+        handle = self._handles.get(info.id)
+        if handle is None:
+            done = self._done.get(info.id)
+            if done is None:
+                done = self._done[info.id] = Future()
+                done.set_result(None)
+            handle = self._handles[info.id] = Version(info, done)
+        return handle
+
+    def _object(self, key: Key, version: object) -> tuple[Entry, int]:
+        """Return the entry ``key`` had in ``version``, and the version's id (locked)."""
+        info = self._lineage.resolve(version)
+        ver = info.objects.get(key)
+        if ver is None:
+            raise UnknownKeyError(f"key {key!r} is not in version {info.id}")
+        entry = self._plan.objects.get((key, ver))
+        if entry is None:
+            raise CorruptDataError(f"key {key!r} of version {info.id}: its object (version "
+                                   f"{ver}) is missing", key=key)
+        return entry, info.id
+
+    def _lookup(self, key: Key, version: object = None) -> Entry:
+        if version is not None:
+            return self._object(key, version)[0]
+        lost = self._lost.get(key)
+        if lost is not None and key not in self._index:
+            raise CorruptDataError(lost, key=key)
+        return super()._lookup(key)
+
+    def _corrupt(self, entry: Entry, exc: CorruptDataError) -> CorruptDataError:
+        """Mark the versions naming a damaged object failed; return the error to raise."""
+        named = self._lineage.naming((entry.key, entry.version))
+        for vid in named:
+            info = self._lineage.versions[vid]
+            if not info.failed:
+                info.failed, info.why = True, str(exc)
+                if self._catalog is not None and not self._readonly:
+                    try:
+                        self._catalog.mark_failed(vid, str(exc))
+                    except OSError as err:
+                        log.error("could not record version %d as damaged: %s", vid, err)
+        if not named:
+            return exc
+        return CorruptDataError(f"{exc} (object version {entry.version} of key "
+                                f"{entry.key!r}, named by version(s) "
+                                f"{', '.join(map(str, named))}, now marked failed)",
+                                key=entry.key, tier=exc.tier)
+
+    # ----------------------------------------------------------------- commit
+    def commit(self, label: str | None = None, meta: dict[str, Any] | None = None) -> Version:
+        """Make the whole key space one version; return at once (like ``store``).
+
+        Keys unchanged since the head's version are carried over: nothing is written again
+        for them. The commit record is written last, in the background, once every object
+        the version names is durable; :meth:`Version.wait` waits for that. If a part
+        fails, the version fails (raised by ``wait`` and at the next call) and the
+        previous version stays :meth:`latest`. With ``keep_last`` set, older versions are
+        deleted once this one is durable.
+
+        Parameters
+        ----------
+        label : str, optional
+            A name for it, unique in the catalog (``checkout("before-lr-drop")``).
+        meta : dict, optional
+            JSON-serialisable facts to keep with it (a step, a loss, a configuration).
+
+        Raises
+        ------
+        ValueError
+            If ``label`` is taken or empty, or ``meta`` is not JSON-serialisable.
+        """
+        self._enter("commit")
+        self._writable("commit")
+        if label is not None and (not isinstance(label, str) or not label):
+            raise ValueError(f"label must be a non-empty string, got {label!r}")
+        meta = dict(meta or {})
+        try:
+            json.dumps(meta)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"meta must be JSON-serialisable: {exc}") from None
+        done: Future[None] = Future()
+        with self._cond:
+            entries = dict(self._index)
+            info = self._lineage.commit({k: e.version for k, e in entries.items()},
+                                        label=label, meta=meta, created=time.time(),
+                                        nbytes=sum(e.meta.nbytes for e in entries.values()))
+            self._plan.named(entries)
+            self._done[info.id] = done
+            if self._catalog is None:
+                done.set_exception(TieredError(
+                    f"version {info.id} lives in memory only: this cache has no persistent "
+                    "tier to make it durable"))
+            else:
+                for entry in entries.values():
+                    self._schedule_drain(entry)
+        if self._catalog is not None:
+            self._commit_lane.submit(self._finish_commit, info, list(entries.values()), done)
+        return self._handle(info)
+
+    def _await_durable(self, info: VersionInfo, entries: list[Entry]) -> None:
+        """Wait until every entry is home, or raise why one cannot be (locked)."""
+        while True:
+            dirty = [e for e in entries if e.dirty]
+            if not dirty:
+                return
+            for entry in dirty:
+                if entry.drain is None and entry.failure is not None:
+                    raise VersionFailedError(f"version {info.id}: the drain of {entry.key!r} "
+                                             f"failed: {entry.failure}") from entry.failure
+                if self._closed:
+                    raise VersionFailedError(f"version {info.id}: the cache closed before "
+                                             f"{entry.key!r} was durable")
+                if entry.drain is None:
+                    self._schedule_drain(entry)
+                    if entry.drain is None:
+                        raise VersionFailedError(f"version {info.id}: {entry.key!r} cannot "
+                                                 "drain (no tier below its copy can hold it)")
+            self._cond.wait(COMMIT_POLL_S)
+
+    def _finish_commit(self, info: VersionInfo, entries: list[Entry], done: Future[None]) -> None:
+        """Write the commit record once the objects are durable (on the commit lane)."""
+        try:
+            with self._cond:
+                self._await_durable(info, entries)
+            assert self._catalog is not None
+            self._catalog.write_version(info)
+            self._write_head()
+        except BaseException as exc:
+            with self._cond:
+                info.failed, info.why = True, str(exc)
+                self._failed(exc, f"commit of version {info.id}", tuple(info.objects))
+            log.error("version %d failed: %s", info.id, exc)
+            done.set_exception(exc if isinstance(exc, VersionFailedError) else
+                               VersionFailedError(f"version {info.id}: {exc}"))
+            return
+        with self._cond:
+            info.durable = True
+        done.set_result(None)
+        if self._keep_last is not None:
+            self._retain(self._keep_last)
+
+    # ----------------------------------------------------------------- reading versions
+    def versions(self) -> list[Version]:
+        """Return every kept version, oldest first, on every branch."""
+        with self._cond:
+            return [self._handle(self._lineage.versions[v]) for v in sorted(self._lineage.versions)]
+
+    def latest(self) -> Version | None:
+        """Return the newest durable version on the head's branch (``None``: none yet).
+
+        A failed version is skipped, with a warning; :meth:`checkout` can still name it.
+        Without a persistent tier, the newest committed version on the branch.
+        """
+        with self._cond:
+            info, skipped = self._lineage.latest(durable=self._catalog is not None)
+        for bad in skipped:
+            log.warning("latest: version %d skipped: it failed (%s)", bad.id, bad.why)
+        return None if info is None else self._handle(info)
+
+    def checkout(self, version: object) -> Version:
+        """Make ``version`` (a Version, an id or a label) the head and its keys the key space.
+
+        Stores and discards since the last commit are dropped (commit first to keep them);
+        the next commit descends from ``version``. Its keys are hinted to the prefetcher,
+        most recently stored first, so what a rollback reads next is moving up already.
+        """
+        self._enter("checkout")
+        doomed: list[tuple[int, Record]] = []
+        with self._cond:
+            info = self._lineage.resolve(version)
+            if info.failed:
+                log.warning("checkout: version %d failed before (%s)", info.id, info.why)
+            targets = {k: self._object(k, info.id)[0] for k in info.objects}
+            for key, entry in list(self._index.items()):
+                if targets.get(key) is not entry:
+                    self._plan.pop(key)
+                    doomed += self._retire(entry, delete_files=True)
+            for key, entry in targets.items():
+                if self._index.get(key) is not entry:
+                    self._plan.reinstate(entry)
+            self._lineage.head = info.id
+            order = sorted(targets, key=lambda k: -targets[k].version)
+            self._signal("rollback", None, hints=tuple(order))
+            self._storing = False
+            self._kick(force=True)
+        self._delete(doomed)
+        if self._catalog is not None and not self._readonly:
+            self._commit_lane.submit(self._write_head).result()
+        return self._handle(info)
+
+    def _write_head(self) -> None:
+        """Move the head on disk; the working state recorded before it no longer counts."""
+        assert self._catalog is not None
+        with self._cond:
+            head = self._lineage.head
+        self._catalog.write_head(head)
+        self._record_work({})
+
+    def _record_work(self, objects: dict[Key, int]) -> None:
+        """Name ``objects`` as the durable working state (on disk already); free the old."""
+        doomed: list[tuple[int, Record]] = []
+        with self._cond:
+            self._plan.named({k: self._index[k] for k in objects if k in self._index})
+            for entry in self._plan.unnamed(self._lineage.set_work(objects)):
+                doomed += self._retire(entry, delete_files=True)
+        self._delete(doomed)
+
+    def diff(self, a: object, b: object) -> dict[Key, Change]:
+        """Return how version ``b`` differs from ``a``, key by key.
+
+        Each key is ``added``, ``removed``, ``changed`` or ``same``; a changed value lists
+        its array leaves that differ, with the largest absolute and relative difference
+        and the first differing index when the shapes agree.
+        """
+        self._enter("diff")
+        with self._cond:
+            va, vb = self._lineage.resolve(a), self._lineage.resolve(b)
+        return diff_objects(va.objects, vb.objects,
+                            lambda k: self.revisit(k, version=va.id),
+                            lambda k: self.revisit(k, version=vb.id), same_store=True)
+
+    # ----------------------------------------------------------------- retention
+    def retain(self, keep_last: int) -> list[int]:
+        """Delete all but the ``keep_last`` newest versions; return the ids deleted.
+
+        Never the head, a version being read, or one still draining. A deleted version's
+        objects are deleted too, unless a kept version or the key space still holds them.
+        """
+        self._enter("retain")
+        self._writable("retain")
+        return self._retain(keep_last)
+
+    def _retain(self, keep_last: int) -> list[int]:
+        doomed: list[tuple[int, Record]] = []
+        with self._cond:
+            gone = self._lineage.expendable(keep_last, set(+self._versions_read))
+            for vid in gone:
+                freed = self._lineage.drop(vid)
+                self._handles.pop(vid, None)
+                self._done.pop(vid, None)
+                for entry in self._plan.unnamed(freed):
+                    doomed += self._retire(entry, delete_files=True)
+        if gone and self._catalog is not None:
+            for vid in gone:  # the record first: a crash then leaves garbage, not a hole
+                self._catalog.delete_version(vid)
+        self._delete(doomed)
+        return gone
+
+    # ----------------------------------------------------------------- flush and restart
+    def _settle_versions(self, deadline: float | None) -> None:
+        """Wait for the commits in flight (``flush``), then record the durable key space."""
+        with self._cond:
+            pending = [f for f in self._done.values() if not f.done()]
+        for future in pending:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                future.result(remaining)
+            except TimeoutError:
+                raise TimeoutError("flush: a commit is still running") from None
+            except Exception:  # noqa: S112 - reported through the background errors
+                continue
+        if self._catalog is None or self._readonly or not self._lineage:
+            return
+        self._commit_lane.submit(self._flush_work).result()
+
+    def _flush_work(self) -> None:
+        """Record the key space as durable (on the commit lane, after every commit)."""
+        assert self._catalog is not None
+        with self._cond:
+            head = self._lineage.head
+            objects = {k: e.version for k, e in self._index.items() if not e.dirty}
+        self._catalog.write_work(head, objects)
+        self._record_work(objects)
+
+    def _recover(self) -> list[str]:
+        if self._catalog is None or not self._catalog.exists():
+            return super()._recover()
+        loaded = self._catalog.load(repair=not self._readonly)
+        found, problems = recovery.scan(self._disk, repair=not self._readonly, newest=False)
+        for info in loaded.versions:
+            self._lineage.add(info)
+        head = loaded.head if loaded.head in self._lineage.versions else max(
+            self._lineage.versions, default=None)
+        self._lineage.head = head
+        space = loaded.work if loaded.work is not None and not self._readonly else (
+            self._lineage.versions[head].objects if head is not None else {})
+        if loaded.work is not None and not self._readonly:
+            self._lineage.set_work(space)
+        restored = recovery.from_catalog(found, loaded.versions, space, self._home,
+                                         {i: t.name for i, t in enumerate(self._tiers)},
+                                         repair=not self._readonly)
+        self._install_restored(restored)
+        for vid, why in restored.failed.items():
+            info = self._lineage.versions[vid]
+            info.failed, info.why = True, why
+        self._lost = dict(restored.lost)
+        if not self._readonly:
+            self._deletions.unlink(restored.garbage, recycle=False)
+        problems = loaded.problems + problems + restored.problems
+        for problem in loaded.problems + restored.problems:
+            log.warning("recovery: %s", problem)
+        return problems
+
+    def _install_restored(self, restored: recovery.Restored) -> None:
+        for group, current in ((restored.current, True), (restored.kept, False)):
+            for entry, copies in group:
+                for copy in copies:
+                    self._add_copy(entry, copy)
+                self._plan.objects[(entry.key, entry.version)] = entry
+                if current:
+                    self._index_put(entry)
+                self._next_version = max(self._next_version, entry.version + 1)
+                if entry.dirty and not self._readonly:
+                    self._schedule_drain(entry)
+        self._plan.objects = {obj: e for obj, e in self._plan.objects.items()
+                              if self._lineage.named(obj)}
+
