@@ -1,4 +1,4 @@
-"""The ``tiered`` command line: ``demo``, ``info PATH`` and ``bench NAME``."""
+"""The ``tiered`` command line: ``demo``, ``info``, ``versions``, ``diff`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ and HDF5 files.
 
   tiered demo              an adjoint-style run through tiered beside np.save/np.load
   tiered info PATH         what a persistent tier directory holds, verified
+  tiered versions PATH     the committed versions in a tier, as a tree
+  tiered diff PATH A B     what changed between two versions (ids or labels)
+  tiered diff --runs A B   where two runs' tiers first differ, version by version
   tiered bench NAME        a benchmark; prints a table and writes JSON
 """
 
@@ -70,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("path", type=Path, help="the directory of a DirectoryTier or HDF5Tier")
     info.add_argument("--no-verify", action="store_true",
                       help="list only: do not read every object back against its checksums")
+    versions = sub.add_parser("versions", help="the committed versions in a persistent tier, "
+                                               "as a tree (* marks the head)")
+    versions.add_argument("path", type=Path, help="the directory of a DirectoryTier or HDF5Tier")
+    diff = sub.add_parser("diff", help="what changed between two versions of a tier, or "
+                                       "(--runs) where two runs first differ")
+    diff.add_argument("path", type=Path, help="the tier's directory (with --runs: run A's)")
+    diff.add_argument("refs", nargs="+", metavar="A B",
+                      help="two versions, by id or label (with --runs: run B's directory)")
+    diff.add_argument("--runs", action="store_true",
+                      help="compare two runs: PATH is run A's tier, the next argument run "
+                           "B's; versions are paired in commit order")
     bench = sub.add_parser("bench", help="benchmarks: a table on screen, the rows in JSON")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="NAME",
                                  help="which benchmark (tiered bench NAME --help)")
@@ -168,6 +182,50 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  ! {problem}")
     bad = any(r["status"].startswith("CORRUPT") for r in res["objects"]) or res["problems"]
     return 1 if bad else 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from tiered.info import NotATierError, open_reader, version_tree
+
+    try:
+        cache = open_reader(args.path)
+    except (FileNotFoundError, NotATierError, PermissionError) as exc:
+        print(f"tiered versions: {exc}", file=sys.stderr)
+        return 2
+    with cache:
+        lines = version_tree(cache)
+    print("\n".join(lines) if lines else f"{args.path}: no versions (nothing was committed)")
+    return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from tiered.errors import TieredError
+    from tiered.info import NotATierError, _ref, change_lines, open_reader
+    from tiered.versions import compare
+
+    if len(args.refs) != (1 if args.runs else 2):
+        print("tiered diff: give PATH A B (two versions), or --runs PATH_A PATH_B",
+              file=sys.stderr)
+        return 2
+    try:
+        if args.runs:
+            with open_reader(args.path) as a, open_reader(Path(args.refs[0])) as b:
+                report = compare(a, b)
+            if report.first is None:
+                print(f"the runs agree on all {report.compared} versions compared")
+                return 0
+            print(f"the runs first differ at version {report.first[0]} (run A) / "
+                  f"{report.first[1]} (run B), after {report.compared - 1} equal versions:")
+            print("\n".join(change_lines(report.keys)))
+            return 1
+        with open_reader(args.path) as cache:
+            changes = cache.diff(_ref(args.refs[0]), _ref(args.refs[1]))
+    except (FileNotFoundError, NotATierError, PermissionError, TieredError) as exc:
+        print(f"tiered diff: {exc}", file=sys.stderr)
+        return 2
+    lines = change_lines(changes)
+    print("\n".join(lines) if lines else "no differences")
+    return 1 if lines else 0
 
 
 def _revisit(args: argparse.Namespace, workdir: Path | None) -> tuple[list[Any], list[str]]:
@@ -283,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    handler = {"demo": _demo, "info": _info, "bench": _bench}[args.command]
+    handler = {"demo": _demo, "info": _info, "bench": _bench, "versions": _versions,
+               "diff": _diff}[args.command]
     return handler(args)
 
 

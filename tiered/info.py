@@ -9,6 +9,7 @@ import numpy as np
 
 from tiered.errors import CorruptDataError
 from tiered.movers import staging_buffer
+from tiered.sizes import format_size
 from tiered.tiers.base import TMP_PREFIX, PersistentTier
 from tiered.tiers.directory import DirectoryTier
 
@@ -63,3 +64,63 @@ def inspect(path: Path, *, verify: bool = True) -> dict[str, Any]:
                      "status": status})
     return {"tier": type(tier).__name__, "path": str(path), "objects": rows,
             "problems": report.problems, "total_bytes": int(np.sum([r["bytes"] for r in rows]))}
+
+
+def open_reader(path: Path) -> Any:
+    """Open a read-only cache over the persistent tier at ``path`` (see :func:`open_tier`)."""
+    from tiered.cache import Cache
+
+    return Cache([open_tier(path)], readonly=True)
+
+
+def _ref(text: str) -> int | str:
+    return int(text) if text.isdigit() else text
+
+
+def version_tree(cache: Any) -> list[str]:
+    """Return the cache's versions as lines of a tree (children under their parent).
+
+    Each line: id, label, time, keys, size and state; ``*`` marks the head.
+    """
+    from tiered.versions import describe
+
+    infos = cache._lineage.versions
+    head = cache._lineage.head
+    children: dict[int | None, list[int]] = {}
+    for vid in sorted(infos):
+        parent = infos[vid].parent if infos[vid].parent in infos else None
+        children.setdefault(parent, []).append(vid)
+    lines: list[str] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for vid in children.get(parent, []):
+            row = describe(infos[vid])
+            label = f" {row['label']!r}" if row["label"] else ""
+            lines.append(f"{'*' if vid == head else ' '} {'  ' * depth}v{vid}{label}  "
+                         f"{row['created']}  {row['keys']} keys  "
+                         f"{format_size(row['bytes'])}  {row['state']}"
+                         + (f" (parent v{infos[vid].parent}, deleted)" if depth == 0 and
+                            infos[vid].parent is not None else ""))
+            walk(vid, depth + 1)
+
+    walk(None, 0)
+    return lines
+
+
+def change_lines(changes: dict[Any, Any]) -> list[str]:
+    """Return what :meth:`tiered.Cache.diff` found as lines (keys that are the same: none)."""
+    lines = []
+    for key, change in changes.items():
+        if change.kind == "same":
+            continue
+        lines.append(f"{change.kind:8} {key!r}" + (f"  ({change.note})" if change.note else ""))
+        for leaf in change.leaves:
+            facts = [leaf.note] if leaf.note else []
+            if leaf.max_abs is not None:
+                facts.append(f"max abs {leaf.max_abs:.6g}")
+            if leaf.max_rel is not None:
+                facts.append(f"max rel {leaf.max_rel:.6g}")
+            if leaf.first_index is not None:
+                facts.append(f"first at {list(leaf.first_index)}")
+            lines.append(f"           {leaf.path or '(value)'}: {', '.join(facts)}")
+    return lines
