@@ -148,10 +148,10 @@ def test_a_version_whose_drain_fails_fails_and_the_previous_stays_latest(tmp_pat
     class Breaks(tiered.DirectoryTier):
         broken = False
 
-        def put(self, key, version, meta, region, checksums):
+        def put(self, key, version, meta, region, checksums, **kw):
             if self.broken:
                 raise OSError(28, "No space left on device")
-            return super().put(key, version, meta, region, checksums)
+            return super().put(key, version, meta, region, checksums, **kw)
 
     disk = Breaks(tmp_path / "bb")
     cache = tiered.Cache([tiered.HostTier("16MiB"), disk])
@@ -310,3 +310,13 @@ def test_versions_without_a_persistent_tier_live_in_memory(tmp_path):
             v.wait()
         cache.checkout(v)
         assert cache.revisit("a")[0] == 0
+
+
+def test_skipped_ranges_keep_direct_io_alignment():
+    from tiered.tiers.directory import without
+
+    runs = [(0, 1 << 20)]
+    assert without(runs, [(4096, 8192)], 4096) == [(0, 4096), (8192, 1 << 20)]
+    assert without(runs, [(100, 5000)], 4096) == [(0, 1 << 20)]  # no whole page inside
+    assert without(runs, [(100, 9000)], 4096) == [(0, 4096), (8192, 1 << 20)]
+    assert without([(0, 4096), (65536, 131072)], [(0, 131072)], 4096) == []

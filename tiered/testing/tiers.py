@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tiered.checksum import content_hash
 from tiered.errors import CorruptDataError, TierFullError
 from tiered.movers import leaf_checksums
-from tiered.payload import read_leaves, write_leaves
+from tiered.payload import leaf_bytes, read_leaves, write_leaves
 from tiered.tiers.base import TMP_PREFIX, MemoryTier, PersistentTier, Record
 from tiered.values import ValueMeta, flatten
 
@@ -76,6 +77,41 @@ class PersistentTierTests:
         ordered = sorted(report.records, key=lambda r: r.version)
         for record, seed in zip(ordered, (0, 2, 0), strict=True):
             np.testing.assert_array_equal(self._get(again, record)["u"], _sample(seed)["u"])
+
+    def _put_content(self, tier: PersistentTier, version: int, value: dict[str, Any],
+                     base: Record | None = None) -> Record:
+        meta, region, sums = _packed(value)
+        content = tuple(content_hash(leaf_bytes(region, leaf)) for leaf in meta.leaves)
+        return tier.put("s", version, meta, region, sums, content=content, base=base)
+
+    def test_equal_leaves_are_not_written_again(self, tmp_path: Path) -> None:
+        tier = self.make_tier(tmp_path)
+        big = {f"l{i}": np.full(70_000, float(i), np.float32) for i in range(4)}
+        first = self._put_content(tier, 1, big)
+        big["l2"] = big["l2"] + 1  # one leaf of four changes
+        second = self._put_content(tier, 2, big, base=first)
+        assert [i for i, _, _ in second.refs] == [0, 1, 3]
+        assert second.holders() == {1} and second.stored_bytes == 280_000
+        big["l0"] = big["l0"] - 1
+        third = self._put_content(tier, 3, big, base=second)  # a reference to a reference
+        assert {(i, v) for i, v, _ in third.refs} == {(1, 1), (2, 2), (3, 1)}
+        again = self.make_tier(tmp_path)  # the references survive a restart
+        (found,) = [r for r in again.scan().records if r.version == 3]
+        assert found.refs == third.refs and found.content == third.content
+        got = self._get(again, found)
+        for name, want in big.items():
+            np.testing.assert_array_equal(got[name], want)
+
+    def test_a_damaged_holder_fails_the_read_of_its_referrer(self, tmp_path: Path) -> None:
+        tier = self.make_tier(tmp_path)
+        value = {"a": np.arange(50_000, dtype=np.int64), "b": np.zeros(10)}
+        first = self._put_content(tier, 1, value)
+        value["b"] = value["b"] + 1
+        second = self._put_content(tier, 2, value, base=first)
+        assert second.holders() == {1}
+        first.path.unlink()
+        with pytest.raises(CorruptDataError):
+            self._get(tier, second)
 
     def test_delete_removes_and_is_idempotent(self, tmp_path: Path) -> None:
         tier = self.make_tier(tmp_path)

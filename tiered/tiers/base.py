@@ -41,7 +41,7 @@ from tiered.keys import Key, key_filename, key_from_json, key_to_json
 from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
-from tiered.tiers.files import advise_file, fsync_dir, unlink_quietly
+from tiered.tiers.files import advise_file, fsync_dir, pread_into, unlink_quietly
 from tiered.tiers.lock import WriterLock
 from tiered.tiers.model import TierModel, counted_bytes
 from tiered.values import ValueMeta
@@ -177,6 +177,47 @@ class Record:
     path: Path
     file_bytes: int
     offsets: Offsets = None  # where each leaf starts, if not implied
+    content: tuple[int, ...] | None = None  # each leaf's xxh3-128, where it was computed
+    # leaves held by another object's file: (leaf index, that object's version, file offset)
+    refs: tuple[tuple[int, int, int], ...] = ()
+
+    def leaf_offset(self, index: int) -> int:
+        """Return where leaf ``index`` starts in this object's file."""
+        offset = None if self.offsets is None else self.offsets[index]
+        return self.meta.leaves[index].offset if offset is None else offset
+
+    def holders(self) -> frozenset[int]:
+        """Return the versions of the objects whose files hold some of its leaves."""
+        return frozenset(ver for _, ver, _ in self.refs)
+
+    @property
+    def stored_bytes(self) -> int:
+        """Payload bytes its own file holds (the rest is its holders')."""
+        return self.meta.nbytes - sum(self.meta.leaves[i].nbytes for i, _, _ in self.refs)
+
+
+def shared_leaves(meta: ValueMeta, content: Sequence[int] | None,
+                  base: Record | None) -> tuple[tuple[int, int, int], ...]:
+    """Return the leaves of a new object that ``base`` (or its holders) already holds.
+
+    A leaf is shared when its dtype, shape and size match ``base``'s leaf at the same
+    place and their xxh3-128 content hashes are equal; each is named with the file that
+    really holds its bytes, so a reference never leads to another reference.
+    """
+    if content is None or base is None or base.content is None:
+        return ()
+    theirs = {i: (ver, off) for i, ver, off in base.refs}
+    out = []
+    for i, (leaf, digest) in enumerate(zip(meta.leaves, content, strict=True)):
+        if i >= len(base.meta.leaves) or not leaf.nbytes:
+            continue
+        old = base.meta.leaves[i]
+        if ((old.dtype, old.shape, old.nbytes, old.kind) == (leaf.dtype, leaf.shape,
+                                                             leaf.nbytes, leaf.kind)
+                and base.content[i] == digest):
+            ver, off = theirs.get(i, (base.version, base.leaf_offset(i)))
+            out.append((i, ver, off))
+    return tuple(out)
 
 
 @dataclasses.dataclass
@@ -276,8 +317,14 @@ class PersistentTier(Tier):
         return self.root / name
 
     def put(self, key: Key, version: int, meta: ValueMeta, region: np.ndarray,
-            checksums: tuple[int, ...]) -> Record:
+            checksums: tuple[int, ...], *, content: Sequence[int] | None = None,
+            base: Record | None = None) -> Record:
         """Write an object atomically: temp file, fsync, rename, fsync the directory.
+
+        ``content``: each leaf's xxh3-128 (:func:`~tiered.checksum.content_hash`), kept in
+        the manifest. With ``base`` (an older object of the same key in this tier, kept
+        while this one is) the leaves whose content equals base's are not written: the
+        file names the file that holds them (:attr:`Record.refs`), and reading follows it.
 
         Raises
         ------
@@ -287,13 +334,21 @@ class PersistentTier(Tier):
         if not self.has_room(self.footprint(meta.nbytes)):  # what the file may take
             raise TierFullError(f"{self.name}: {format_size(meta.nbytes)} more would exceed "
                                 f"capacity {format_size(self.capacity_bytes or 0)}")
-        manifest = {"format": FORMAT, "key": key_to_json(key), "version": version,
-                    "meta": meta.to_json(),
-                    "checksum": {"algorithm": ALGORITHM, "leaves": list(checksums)}}
+        manifest: dict[str, Any] = {
+            "format": FORMAT, "key": key_to_json(key), "version": version,
+            "meta": meta.to_json(), "checksum": {"algorithm": ALGORITHM,
+                                                 "leaves": list(checksums)}}
+        refs = shared_leaves(meta, content, base)
+        if content is not None:
+            manifest["content"] = [f"{c:032x}" for c in content]
+        if refs:
+            manifest["refs"] = [list(r) for r in refs]
+        skip = [(meta.leaves[i].offset, meta.leaves[i].offset + meta.leaves[i].nbytes)
+                for i, _, _ in refs]
         tmp = self._temp_path()
         final = self.path_for(key, version)
         try:
-            size, offsets = self._write_file(tmp, manifest, meta, region)
+            size, offsets = self._write_file(tmp, manifest, meta, region, skip)
             if not self.has_room(size):  # a file larger than its footprint (many leaves)
                 raise TierFullError(f"{self.name}: an object of {format_size(size)} would "
                                     f"exceed capacity {format_size(self.capacity_bytes or 0)}")
@@ -303,7 +358,8 @@ class PersistentTier(Tier):
             raise
         if self.sync:
             fsync_dir(self.root)
-        record = Record(key, version, meta, checksums, final, size, offsets)
+        record = Record(key, version, meta, checksums, final, size, offsets,
+                        None if content is None else tuple(content), refs)
         with self._lock:
             self._used += record.file_bytes
         return record
@@ -340,6 +396,13 @@ class PersistentTier(Tier):
         """
         try:
             self._read_payload(record, region)
+            for i, ver, off in record.refs:  # leaves another object's file holds
+                leaf = record.meta.leaves[i]
+                fd = os.open(self.path_for(record.key, ver), os.O_RDONLY)
+                try:
+                    pread_into(fd, leaf_bytes(region, leaf), off)
+                finally:
+                    os.close(fd)
         except (OSError, ValueError, KeyError) as exc:
             if isinstance(exc, CorruptDataError):
                 exc.key, exc.tier = record.key, self.name
@@ -425,8 +488,11 @@ class PersistentTier(Tier):
         sums = tuple(int(c) for c in manifest["checksum"]["leaves"])
         if len(sums) != len(meta.leaves):
             raise ValueError("checksum count does not match leaf count")
+        content = manifest.get("content")
+        refs = tuple((int(i), int(v), int(o)) for i, v, o in manifest.get("refs", ()))
         return Record(key_from_json(manifest["key"]), int(manifest["version"]), meta, sums,
-                      path, path.stat().st_size, offsets)
+                      path, path.stat().st_size, offsets,
+                      None if content is None else tuple(int(c, 16) for c in content), refs)
 
     @staticmethod
     def encode_manifest(manifest: dict[str, Any]) -> bytes:
@@ -435,8 +501,12 @@ class PersistentTier(Tier):
 
     @abc.abstractmethod
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> tuple[int, Offsets]:
+                    region: np.ndarray, skip: Sequence[tuple[int, int]] = ()
+                    ) -> tuple[int, Offsets]:
         """Write payload and manifest (manifest last) to ``tmp``.
+
+        ``skip``: byte ranges of the payload not to write (leaves another file holds;
+        reading them from this file gives anything).
 
         Returns the file's size and where each leaf starts in it (``None`` where the layout
         implies it). Ends with :meth:`sync_file` on the open file.

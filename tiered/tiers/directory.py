@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -203,10 +204,13 @@ class DirectoryTier(PersistentTier):
         super().close()
 
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> tuple[int, Offsets]:
+                    region: np.ndarray, skip: Sequence[tuple[int, int]] = ()
+                    ) -> tuple[int, Offsets]:
         text = self.encode_manifest(manifest)
         region = region.reshape(-1).view(np.uint8)  # byte offsets, whatever the view's dtype
         runs = data_runs(region) if self.sparse else [(0, len(region))]
+        if skip:
+            runs = without(runs, skip, DIRECT_ALIGN)
         # a spare is empty: written into (or created again, if someone removed it)
         reuse = os.O_TRUNC if os.path.basename(tmp).startswith(SPARE_PREFIX) else os.O_EXCL
         fd, cut = self._open(tmp, os.O_WRONLY | os.O_CREAT | reuse, region)
@@ -324,6 +328,27 @@ class DirectoryTier(PersistentTier):
                 region[cut:] = block[:len(region) - cut]
         finally:
             os.close(fd)
+
+
+def without(runs: list[tuple[int, int]], skip: Sequence[tuple[int, int]],
+            align: int) -> list[tuple[int, int]]:
+    """Return ``runs`` less the whole ``align``-byte blocks inside each ``skip`` range.
+
+    What is left still starts and ends on ``align`` boundaries wherever ``runs`` did, so
+    direct I/O can write it; the partial blocks at a skipped range's edges are written.
+    """
+    cuts = sorted((-(-a // align) * align, b // align * align) for a, b in skip)
+    out: list[tuple[int, int]] = []
+    for start, stop in runs:
+        for a, b in cuts:
+            if a >= b or b <= start or a >= stop:
+                continue
+            if a > start:
+                out.append((start, a))
+            start = max(start, b)
+        if start < stop:
+            out.append((start, stop))
+    return out
 
 
 def aligned_bytes(nbytes: int) -> np.ndarray:

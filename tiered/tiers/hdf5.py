@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,8 @@ class HDF5Tier(PersistentTier):
         return None if offset is None else int(offset)
 
     def _write_file(self, tmp: str, manifest: dict[str, Any], meta: ValueMeta,
-                    region: np.ndarray) -> tuple[int, Offsets]:
+                    region: np.ndarray, skip: Sequence[tuple[int, int]] = ()
+                    ) -> tuple[int, Offsets]:
         h5py = self._h5py
         with h5py.File(tmp, "w", alignment_threshold=65536, alignment_interval=4096) as f:
             group = f.create_group("leaves")
@@ -92,8 +94,9 @@ class HDF5Tier(PersistentTier):
             f.create_dataset(MANIFEST, data=self.encode_manifest(manifest).decode())
         fd = os.open(tmp, os.O_WRONLY)
         try:
+            skipped = {start for start, _ in skip}  # each a whole leaf
             for leaf, offset in zip(meta.leaves, offsets, strict=True):
-                if offset is not None and leaf.nbytes:
+                if offset is not None and leaf.nbytes and leaf.offset not in skipped:
                     pwrite_all(fd, region[leaf.offset: leaf.offset + leaf.nbytes], offset)
             self.sync_file(fd)
             size = os.fstat(fd).st_size
