@@ -312,6 +312,36 @@ def test_versions_without_a_persistent_tier_live_in_memory(tmp_path):
         assert cache.revisit("a")[0] == 0
 
 
+def test_a_commit_writes_only_the_leaves_that_changed(tmp_path):
+    rng = np.random.default_rng(1)
+    state = {f"layer{i}": rng.standard_normal(65_536).astype(np.float32) for i in range(8)}
+    leaf = state["layer0"].nbytes
+    with tiered.Cache(_tiers(tmp_path)) as cache:
+        cache.store("model", state)
+        cache.commit().wait()
+        first = cache.stats().tiers["directory"].bytes_written
+        for step in range(1, 5):
+            state[f"layer{step}"] = state[f"layer{step}"] * 2  # one leaf of eight
+            cache.store("model", state)
+            cache.commit().wait()
+        written = cache.stats().tiers["directory"].bytes_written - first
+        assert first >= 8 * leaf and written == 4 * leaf
+    with tiered.Cache(_tiers(tmp_path)) as again:  # every version reads back whole
+        for v, want in zip(again.versions(), range(5), strict=True):
+            got = again.revisit("model", version=v)
+            assert float(got["layer4"][0] / state["layer4"][0]) == (1.0 if want == 4 else 0.5)
+            np.testing.assert_array_equal(got["layer5"], state["layer5"])
+        # retention deletes versions; the files their successors refer to stay
+        again.retain(keep_last=1)
+        got = again.revisit("model")
+        for name, want in state.items():
+            np.testing.assert_array_equal(got[name], want)
+    with tiered.Cache(_tiers(tmp_path)) as third:
+        got = third.revisit("model")
+        for name, want in state.items():
+            np.testing.assert_array_equal(got[name], want)
+
+
 def test_skipped_ranges_keep_direct_io_alignment():
     from tiered.tiers.directory import without
 

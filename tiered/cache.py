@@ -172,6 +172,7 @@ class Cache(VersionedEngine):
             else:
                 if old is not None:
                     entry.superseded = self._retire(old, delete_files=False)
+                    entry.base = None if old.gone else old  # kept by a version
                 self._add_copy(entry, copy)
                 if copy.record is not None:
                     entry.checksums = copy.record.checksums
@@ -179,6 +180,7 @@ class Cache(VersionedEngine):
                 self._stats.stores += 1
                 self._stats.bytes_stored += entry.meta.nbytes
                 self._tstats(copy.tier).bytes_in += entry.meta.nbytes
+                self._tstats(copy.tier).bytes_written += entry.meta.nbytes
                 if entry.dirty:
                     self._dirtied(entry)
                 else:

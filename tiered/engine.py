@@ -7,6 +7,7 @@ lock); nothing holds it across I/O or ``Future.result()``.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -367,6 +368,7 @@ class EngineCore:
 
     def _drain(self, entry: Entry, dst: int) -> None:
         nbytes = entry.meta.nbytes
+        self._await_base(entry)
         with self._cond:
             if entry.gone:
                 entry.drain = None
@@ -386,32 +388,67 @@ class EngineCore:
             except BaseException:
                 self._delete(self._unpin(entry, src))
                 raise
+            # a value kept by a version, whose equal leaves this write refers to: held
+            # until the new file names the files that hold them
+            base = self._plan.dedup_base(entry, dst)
+            held = [] if base is None else [(base.key, base.version)]
+            self._plan.lineage.hold(held)
+            content = dst == entry.home and bool(self._plan.lineage)
         try:
             self._delete(doomed, now=True)  # the write below needs that room
             with self._background(src.tier, dst):
-                new = self._transfer(entry, src, dst, extent)
+                new = self._transfer(entry, src, dst, extent, content=content,
+                                     base=None if base is None else base.copies[dst].record)
         except BaseException:
             with self._cond:
                 self._plan.write_ended(dst, reserved)
-                self._delete(self._unpin(entry, src))
+                self._delete(self._unpin(entry, src) + self._unhold(held))
                 if extent is not None:
                     t = self._mem[dst]
                     t.free(extent)
             raise
         with self._cond:
             self._plan.write_ended(dst, reserved)  # the tier counts its file itself now
-        self._finish_drain(entry, src, new)
+        self._finish_drain(entry, src, new, held)
 
     def _kick(self, *, force: bool = False) -> None:
         """Room or the forecast changed (under the lock); the prefetch engine looks again."""
 
-    def _finish_drain(self, entry: Entry, src: Copy, new: Copy) -> None:
+    def _await_base(self, entry: Entry) -> None:
+        """Let the drain of the kept value ``entry`` replaced finish, if it is running.
+
+        Its file is what this write's equal leaves refer to. Only a running drain is
+        waited for (on another of the lane's threads): one still queued may be behind
+        this one.
+        """
+        with self._cond:
+            base = entry.base
+            future = None if base is None else base.drain
+        if future is not None and future.running():
+            concurrent.futures.wait([future], timeout=self._config.full_timeout_s)
+
+    def _unhold(self, objs: Sequence[tuple[Key, int]]) -> list[tuple[int, Record]]:
+        """Release holds on objects (under the lock); return the files of those now unused."""
+        doomed: list[tuple[int, Record]] = []
+        for entry in self._plan.unnamed(self._plan.lineage.release(objs)):
+            doomed += self._retire(entry, delete_files=True)
+        return doomed
+
+    def _finish_drain(self, entry: Entry, src: Copy, new: Copy,
+                      held: Sequence[tuple[Key, int]] = ()) -> None:
         nbytes = entry.meta.nbytes
         with self._cond:
             doomed = self._unpin(entry, src)
+            record = new.record
+            if not entry.gone and record is not None and record.refs:
+                entry.holders = tuple((entry.key, v) for v in record.holders())
+                self._plan.lineage.hold(entry.holders)
+            doomed += self._unhold(held)
             entry.drain = None
             self._tstats(src.tier).bytes_out += nbytes
-            self._tstats(new.tier).bytes_in += nbytes
+            stats = self._tstats(new.tier)
+            stats.bytes_in += nbytes
+            stats.bytes_written += nbytes if record is None else record.stored_bytes
             if entry.gone:
                 self._add_copy(entry, new)
                 doomed += self._let_go(entry, new.tier, self._drop_copy(entry, new.tier))
@@ -421,7 +458,7 @@ class EngineCore:
                     self._schedule_drain(entry)
                 else:
                     doomed += entry.superseded
-                    entry.superseded = []
+                    entry.superseded, entry.base = [], None
                     self._kick()  # a clean copy is room a prefetch may use
             self._cond.notify_all()
         self._delete(doomed)
@@ -430,9 +467,11 @@ class EngineCore:
         """Enter the contexts a lane copies in for these tiers (a device tier's stream)."""
         return background([self._mem[i] for i in tiers if i in self._contexts])
 
-    def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any) -> Copy:
-        """Move bytes from ``src`` into tier ``dst`` (no lock held)."""
-        return transfer(self._mem, self._disk, entry, src, dst, extent)
+    def _transfer(self, entry: Entry, src: Copy, dst: int, extent: Any, *,
+                  content: bool = False, base: Record | None = None) -> Copy:
+        """Move bytes from ``src`` into tier ``dst`` (no lock held; see :func:`transfer`)."""
+        return transfer(self._mem, self._disk, entry, src, dst, extent, content=content,
+                        base=base)
 
     # ----------------------------------------------------------------- retire / recover
     def _retire(self, old: Entry, *, delete_files: bool) -> list[tuple[int, Record]]:
@@ -445,6 +484,9 @@ class EngineCore:
                   if (record := self._drop_copy(old, tier)) is not None]
         doomed += old.superseded
         old.superseded = []
+        if old.gone and old.holders:  # the files it referred to may go with it
+            held, old.holders = old.holders, ()
+            doomed += self._unhold(held)
         return doomed
 
     def _recover(self) -> list[str]:

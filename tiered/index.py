@@ -51,6 +51,9 @@ class Entry:
     # while only a version names it, so that it never collides with the key's current copies
     slot: Any = None
     failure: BaseException | None = None  # why its last drain failed (a commit waits on it)
+    base: Entry | None = None  # the kept value it replaced: leaves equal to it are not written
+    content: tuple[int, ...] | None = None  # each leaf's xxh3-128, once computed
+    holders: tuple[tuple[Key, int], ...] = ()  # objects whose files hold some of its leaves
 
     def __post_init__(self) -> None:
         if self.slot is None:

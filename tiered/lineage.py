@@ -100,6 +100,14 @@ class Lineage:
         self._refs.update(self.work.items())
         return self._release(old.items())
 
+    def hold(self, objs: Iterable[Obj]) -> None:
+        """Name ``objs`` once more: another object's file refers to their files."""
+        self._refs.update(objs)
+
+    def release(self, objs: Iterable[Obj]) -> list[Obj]:
+        """Undo :meth:`hold`; return the objects nothing names any more."""
+        return self._release(objs)
+
     def _release(self, objs: Iterable[Obj]) -> list[Obj]:
         freed: list[Obj] = []
         for obj in objs:

@@ -200,6 +200,19 @@ class Planner:
         self.refile(entry, entry.key)
         self.put(entry)
 
+    def dedup_base(self, entry: Entry, dst: int) -> Entry | None:
+        """Return the kept value whose leaves ``entry``'s copy in ``dst`` may refer to.
+
+        Only in its home tier (where copies are never evicted, so a reference cannot
+        dangle) and only with versions (an unversioned value keeps no old values).
+        """
+        base = entry.base
+        if (base is None or dst != entry.home or dst not in base.copies
+                or not self.lineage.named((base.key, base.version))):
+            return None
+        record = base.copies[dst].record
+        return base if record is not None and record.content is not None else None
+
     def write_started(self, tier: int, nbytes: int) -> None:
         """Count ``nbytes`` reserved in persistent ``tier`` by a write not yet committed."""
         self.writing[tier] += nbytes

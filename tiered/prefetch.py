@@ -188,6 +188,7 @@ class PrefetchEngine(EngineCore):
             self._add_copy(entry, landing)
             self._ahead += landing.prefetched
             self._tstats(landing.tier).bytes_in += entry.meta.nbytes
+            self._tstats(landing.tier).bytes_written += entry.meta.nbytes
             self._cond.notify_all()
 
     def _free_landing(self, landing: Copy) -> None:

@@ -90,6 +90,14 @@ def from_catalog(found: Found, versions: list[VersionInfo], space: Mapping[Key, 
         for i, record in copies:
             by_obj.setdefault((key, record.version), []).append((i, record))
     named = {obj for info in versions for obj in info.named()} | set(space.items())
+    stack = list(named)
+    while stack:  # and the objects whose files hold leaves of a named one
+        key, ver = stack.pop()
+        for _, record in by_obj.get((key, ver), ()):
+            for holder in record.holders():
+                if (key, holder) not in named:
+                    named.add((key, holder))
+                    stack.append((key, holder))
     out = Restored([], [], [], {}, {}, [])
     for obj in sorted(named, key=lambda o: o[1]):
         held = by_obj.get(obj, [])

@@ -8,12 +8,17 @@ from typing import Any
 
 @dataclasses.dataclass
 class TierStats:
-    """Per-tier counters."""
+    """Per-tier counters.
+
+    ``bytes_in`` counts the payloads that came into the tier; ``bytes_written`` what its
+    files hold of them (a version's leaves equal to a kept value's are not written again).
+    """
 
     hits: int = 0
     misses: int = 0
     bytes_in: int = 0
     bytes_out: int = 0
+    bytes_written: int = 0
     evictions: int = 0
     prefetches: int = 0
     entries: int = 0

@@ -1,4 +1,4 @@
-"""The byte moves between two tiers that lanes and revisits run (no lock held, no index changed)."""
+"""The byte moves between tiers that lanes and revisits run (no lock held, no index changed)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tiered.checksum import content_hash
 from tiered.index import Copy, Entry
 from tiered.movers import host_view, leaf_checksums, staging_buffer
-from tiered.payload import copy_region, is_torch_region
+from tiered.payload import copy_region, is_torch_region, leaf_bytes
 from tiered.tiers.base import MemoryTier, PersistentTier, Record
 
 
@@ -37,12 +38,15 @@ def read_persistent(tier: PersistentTier, record: Record, dst: Any) -> None:
 
 
 def transfer(mem: Mapping[int, MemoryTier], disk: Mapping[int, PersistentTier], entry: Entry,
-             src: Copy, dst: int, extent: Any) -> Copy:
+             src: Copy, dst: int, extent: Any, *, content: bool = False,
+             base: Record | None = None) -> Copy:
     """Copy ``entry``'s bytes from ``src`` into tier ``dst`` and return the new copy.
 
     ``mem`` and ``disk``: the cache's tiers by position (:func:`~tiered.tiers.base.by_kind`).
     ``extent``: the room reserved in ``dst`` when it is a memory tier. A write into a
-    persistent tier is checksummed per leaf on the host first (once per entry).
+    persistent tier is checksummed per leaf on the host first (once per entry); with
+    ``content`` each leaf's xxh3-128 is computed too (once), and the leaves equal to
+    ``base``'s (an older kept value in ``dst``) are not written again.
     """
     meta, n = entry.meta, entry.meta.nbytes
     sregion = (mem[src.tier].region(src.extent, n)
@@ -63,4 +67,7 @@ def transfer(mem: Mapping[int, MemoryTier], disk: Mapping[int, PersistentTier], 
         disk[src.tier].get_into(src.record, host)
     if entry.checksums is None:
         entry.checksums = leaf_checksums(host, meta)
-    return Copy(dst, record=disk[dst].put(entry.key, entry.version, meta, host, entry.checksums))
+    if content and entry.content is None:
+        entry.content = tuple(content_hash(leaf_bytes(host, leaf)) for leaf in meta.leaves)
+    return Copy(dst, record=disk[dst].put(entry.key, entry.version, meta, host, entry.checksums,
+                                          content=entry.content, base=base))

@@ -393,6 +393,10 @@ class VersionedEngine(PrefetchEngine):
             for entry, copies in group:
                 for copy in copies:
                     self._add_copy(entry, copy)
+                home = entry.copies.get(entry.home)
+                if home is not None and home.record is not None and home.record.refs:
+                    entry.holders = tuple((entry.key, v) for v in home.record.holders())
+                    self._lineage.hold(entry.holders)
                 self._plan.objects[(entry.key, entry.version)] = entry
                 if current:
                     self._index_put(entry)
