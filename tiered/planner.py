@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy as _copy
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from tiered.index import Copy, Entry
 from tiered.keys import Key
@@ -164,16 +165,21 @@ class Planner:
         self.pending.discard(old)
         return [tier for tier, copy in old.copies.items() if copy.pins == 0]
 
-    def refile(self, entry: Entry, slot: object) -> None:
+    def refile(self, entry: Entry, slot: Any) -> None:
         """File ``entry``'s copies under ``slot`` (the policies see them removed and inserted)."""
-        if entry.slot == slot:
+        old = entry.slot
+        if old == slot:
             return
-        copies = dict(entry.copies)
-        for tier in sorted(copies, reverse=True):
-            self.drop_copy(entry, tier)
         entry.slot = slot
-        for tier in sorted(copies, reverse=True):
-            self.add_copy(entry, copies[tier])
+        for tier in entry.copies:  # the same copies, clean or not as before: moved
+            for where in (self.resident[tier], self.clean[tier]):
+                if where.get(old) is entry:
+                    del where[old]
+                    where[slot] = entry
+            policy = self.policies[tier]
+            policy.observe("remove", old, ctx=EventContext(now=self.tick()))
+            policy.observe("insert", slot, ctx=EventContext(nbytes=entry.meta.nbytes,
+                                                            now=self.tick()))
 
     def named(self, entries: Mapping[Key, Entry]) -> None:
         """Note that a new version names each of ``entries`` (the key space at a commit)."""
@@ -327,10 +333,13 @@ class Planner:
 
         ``entry`` itself when ``eager`` or its copy is persistent; otherwise (lazy
         write-back) it waits in memory, and the oldest waiting entries go once its tier
-        needs the room (:meth:`due`).
+        needs the room (:meth:`due`). Once the cache has versions, eager write-back waits
+        too, for the next commit or flush: only those make a store durable at restart,
+        and a drain started under the stores that precede a commit competes with them
+        for the interpreter.
         """
         tier = min(entry.copies)
-        if eager or tier in self.persistent:
+        if (eager and not self.lineage) or tier in self.persistent:
             return [entry]
         self.pending.add(entry, tier, self.models[tier].footprint(entry.meta.nbytes))
         return self.due(tier)

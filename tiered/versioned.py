@@ -173,15 +173,16 @@ class VersionedEngine(PrefetchEngine):
                                         nbytes=sum(e.meta.nbytes for e in entries.values()))
             self._plan.named(entries)
             self._done[info.id] = done
+            dirty = [e for e in entries.values() if e.dirty]
             if self._catalog is None:
                 done.set_exception(TieredError(
                     f"version {info.id} lives in memory only: this cache has no persistent "
                     "tier to make it durable"))
             else:
-                for entry in entries.values():
+                for entry in dirty:
                     self._schedule_drain(entry)
         if self._catalog is not None:
-            self._commit_lane.submit(self._finish_commit, info, list(entries.values()), done)
+            self._commit_lane.submit(self._finish_commit, info, dirty, done)
         return self._handle(info)
 
     def _await_durable(self, info: VersionInfo, entries: list[Entry]) -> None:
