@@ -43,7 +43,8 @@ BENCHES = (("capture", "store() blocking time against np.copyto into a reused bu
            ("revisit", "backward-pass stall with each prefetch policy"),
            ("adjoint", "reverse time migration, every way of keeping its history"),
            ("history", "store/revisit cost per call as the history grows"),
-           ("sweeps", "CPU per state over several sweeps, files new or reused"))
+           ("sweeps", "CPU per state over several sweeps, files new or reused"),
+           ("versions", "commits of a state dict: bytes written, blocking, rollback"))
 PLOTS = ("adjoint", "revisit")  # benches where a picture says more than the table
 
 
@@ -122,6 +123,12 @@ def _bench_options(kinds: dict[str, argparse.ArgumentParser]) -> None:
     adj.add_argument("--rows", type=_names,
                      help="comma-separated rows to run (default: all); compute-only and "
                           "np.save/np.load are always run, every ratio is against them")
+    ver = kinds["versions"]
+    ver.add_argument("--state-mib", type=_positive, default=64, help="state dict size")
+    ver.add_argument("--leaves", type=_positive, default=32, help="leaves in the state dict")
+    ver.add_argument("--commits", type=_positive, default=100, help="commits to make")
+    ver.add_argument("--changed", type=float, default=0.10,
+                     help="share of the leaves changed before each commit (default 0.10)")
     hist = kinds["history"]
     hist.add_argument("--counts", type=_sizes, default=[1000, 4000, 16000],
                       help="history lengths, comma-separated")
@@ -305,6 +312,16 @@ def _bench(args: argparse.Namespace) -> int:
                            workdir=workdir))
         cols = ["name", "states", "sweeps", "state_mib", "wall_s", "cpu_us_per_state",
                 "cpu_vs_new_files", "files_reused"]
+    elif args.bench == "versions":
+        from tiered.bench import versions
+
+        vcfg = (versions.VersionsConfig(state_mib=8, leaves=16, commits=10) if args.quick
+                else versions.VersionsConfig(state_mib=args.state_mib, leaves=args.leaves,
+                                             commits=args.commits, changed=args.changed))
+        rows = versions.run(vcfg, workdir=workdir)
+        cols = ["layout", "written_vs_full", "blocking_ms", "copy_changed_ms",
+                "blocking_vs_copy", "checkout_host_s", "host_vs_torch_load",
+                "host_vs_np_load", "checkout_disk_s", "disk_vs_torch_load", "disk_vs_np_load"]
     elif args.bench == "adjoint":
         try:
             rows, cols = _adjoint(args, workdir)
