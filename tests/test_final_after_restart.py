@@ -70,3 +70,46 @@ def test_a_deletion_that_fails_until_close_is_tried_at_close(tmp_path):
     cache.discard("gone")
     cache.close(drain=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def _damage(path):
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF  # in the manifest's footer: the file cannot even be loaded
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("key", ["w", ("state", 3), "k" * 300])
+def test_a_damaged_newest_object_is_an_error_not_an_older_value(tmp_path, key):
+    tier = tiered.DirectoryTier(tmp_path)  # two objects of one key, as a crash leaves them
+    from tiered.movers import leaf_checksums
+    from tiered.payload import write_leaves
+    from tiered.values import flatten
+
+    for version, fill in ((1, 1.0), (2, 2.0)):
+        meta, arrays = flatten(np.full(1000, fill))
+        region = np.zeros(meta.nbytes, np.uint8)
+        write_leaves(region, meta, arrays)
+        newest = tier.put(key, version, meta, region, leaf_checksums(region, meta))
+    tier.close()
+    _damage(newest.path)
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as cache:
+        # a shortened name (a long key) is matched through the older object's name
+        with pytest.raises(tiered.CorruptDataError, match="damaged"):
+            cache.revisit(key)
+        assert any("damaged object" in p for p in cache.recovery)
+        cache.store(key, np.full(1000, 3.0))  # a new value replaces it...
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as again:
+        assert again.revisit(key)[0] == 3.0  # ...and stays newest after a restart
+
+
+def test_a_key_whose_only_object_is_damaged_is_corrupt_not_unknown(tmp_path):
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as cache:
+        cache.store("only", np.ones(100))
+    (path,) = tmp_path.glob("*.tdat")
+    _damage(path)
+    with tiered.Cache([tiered.DirectoryTier(tmp_path)]) as cache:
+        with pytest.raises(tiered.CorruptDataError):
+            cache.revisit("only")
+        cache.discard("only")  # and it can be forgotten on purpose
+        with pytest.raises(KeyError):
+            cache.revisit("only")

@@ -164,6 +164,7 @@ class Cache(VersionedEngine):
     def _install(self, entry: Entry, copy: Copy) -> None:
         doomed: list[tuple[int, Record]] = []
         with self._cond:
+            self._lost.pop(entry.key, None)  # a new value replaces a damaged one
             old = self._index.get(entry.key)
             if old is not None and old.version > entry.version:  # a racing newer store won
                 entry, old = old, entry
@@ -308,6 +309,8 @@ class Cache(VersionedEngine):
         self._writable("discard")
         key = canonical_key(key)
         with self._cond:
+            if self._lost.pop(key, None) is not None and key not in self._index:
+                return  # its only value was damaged: nothing more to forget
             entry = self._lookup(key)
             self._index_pop(key)
             doomed = self._retire(entry, delete_files=True)

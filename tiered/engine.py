@@ -18,7 +18,13 @@ from typing import Any
 from tiered import recovery
 from tiered.config import CacheConfig
 from tiered.deletion import Deletions
-from tiered.errors import BackgroundError, CacheClosedError, TierFullError, UnknownKeyError
+from tiered.errors import (
+    BackgroundError,
+    CacheClosedError,
+    CorruptDataError,
+    TierFullError,
+    UnknownKeyError,
+)
 from tiered.index import Copy, Entry
 from tiered.keys import Key
 from tiered.movers import Lane
@@ -91,6 +97,7 @@ class EngineCore:
         self._deletions = Deletions(self._disk, self._cond, self._failed)
         # copies lent out as views (revisit(copy=False)) whose views are all gone
         self._returned: collections.deque[tuple[Entry, Copy]] = collections.deque()
+        self._lost: dict[Key, str] = {}  # keys whose newest object was damaged at open
 
     # ----------------------------------------------------------------- small helpers
     def _tstats(self, tier: int) -> TierStats:
@@ -103,6 +110,8 @@ class EngineCore:
         return Watch(tier, nbytes, caller, busy, self._config.full_timeout_s)
 
     def _lookup(self, key: Key) -> Entry:
+        if self._lost and key in self._lost:
+            raise CorruptDataError(self._lost[key], key=key)
         entry = self._index.get(key)
         if entry is None:
             raise UnknownKeyError(f"key {key!r} is not in the cache (never stored, or "
@@ -491,8 +500,12 @@ class EngineCore:
 
     def _recover(self) -> list[str]:
         """Rebuild the index from the persistent tiers (this is restart)."""
-        found, problems = recovery.scan(self._disk, repair=not self._readonly)
+        found, problems, damaged = recovery.scan(self._disk, repair=not self._readonly)
+        self._lost = recovery.lost(self._disk, found, damaged)
+        self._next_version = max(self._next_version, recovery.past(self._disk, damaged))
         for entry, copies in recovery.entries(found, self._home):
+            if entry.key in self._lost:
+                continue  # its newest object is damaged: never answered with an older one
             for copy in copies:
                 self._add_copy(entry, copy)
             self._index_put(entry)

@@ -123,3 +123,13 @@ def key_filename(key: Key) -> str:
         digest = hashlib.sha1(text.encode()).hexdigest()[:16]
         name = name[: _MAX_NAME - 17] + "_" + digest
     return name
+
+
+def key_from_filename(stem: str) -> Key | None:
+    """Invert :func:`key_filename`; ``None`` for a shortened name (or one it never made)."""
+    if len(stem) == _MAX_NAME and "_" in stem[-17:]:
+        return None  # shortened, with a hash of the key: the key is not in it
+    try:
+        return key_from_json(json.loads(urllib.parse.unquote(stem)))
+    except (ValueError, TypeError):
+        return None

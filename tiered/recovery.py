@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 
 from tiered.index import Copy, Entry
-from tiered.keys import Key
+from tiered.keys import Key, key_filename
 from tiered.lineage import VersionInfo
 from tiered.tiers.base import PersistentTier, Record
 
@@ -22,10 +23,11 @@ log = logging.getLogger(__name__)
 
 
 Found = dict[Key, list[tuple[int, Record]]]  # every key's records, with their tiers
+Damaged = list[tuple[int, Path]]  # object files that could not be loaded, with their tiers
 
 
 def scan(tiers: Mapping[int, PersistentTier], *, repair: bool = True,
-         newest: bool = True) -> tuple[Found, list[str]]:
+         newest: bool = True) -> tuple[Found, list[str], Damaged]:
     """Scan each tier; return every key's records by tier, and the problems.
 
     ``repair``: let each tier remove its temp files. ``newest``: report a key's older
@@ -33,9 +35,11 @@ def scan(tiers: Mapping[int, PersistentTier], *, repair: bool = True,
     """
     problems: list[str] = []
     found: Found = {}
+    damaged: Damaged = []
     for i, tier in sorted(tiers.items()):
         report = tier.scan(repair=repair)
         problems += report.problems
+        damaged += [(i, path) for path in report.damaged]
         for record in report.records:
             found.setdefault(record.key, []).append((i, record))
     for copies in found.values() if newest else ():
@@ -44,7 +48,7 @@ def scan(tiers: Mapping[int, PersistentTier], *, repair: bool = True,
                      for i, r in copies if r.version != last]
     for problem in problems:
         log.warning("recovery: %s", problem)
-    return found, problems
+    return found, problems, damaged
 
 
 def entries(found: Mapping[Key, list[tuple[int, Record]]],
@@ -61,6 +65,37 @@ def entries(found: Mapping[Key, list[tuple[int, Record]]],
         entry = Entry(key, newest, meta, home(meta.nbytes), checksums=current[0][1].checksums)
         entry.superseded = [(i, r) for i, r in copies if r.version != newest]
         yield entry, [Copy(i, record=record) for i, record in current]
+
+
+def lost(tiers: Mapping[int, PersistentTier], found: Found,
+         damaged: Damaged) -> dict[Key, str]:
+    """Return the keys whose newest object is damaged, each with what to raise for it.
+
+    Without a catalog the newest well-formed version of a key would come back: older
+    than the one the damaged file holds. Such a key comes back as corrupt instead, and so
+    does a key whose only object is damaged.
+    """
+    stems = {key_filename(key): key for key in found}
+    out: dict[Key, str] = {}
+    for i, path in damaged:
+        named = tiers[i].object_of(path)
+        if named is None:
+            continue
+        key, stem, version = named
+        key = stems.get(stem, key)
+        if key is None:
+            continue
+        newest = max((r.version for _, r in found.get(key, ())), default=-1)
+        if version > newest:
+            out[key] = (f"key {key!r}: its newest object {path.name} in {tiers[i].name} is "
+                        "damaged (set aside at open); no older value is returned instead")
+    return out
+
+
+def past(tiers: Mapping[int, PersistentTier], damaged: Damaged) -> int:
+    """Return a version number above every damaged object's (new stores must sort after)."""
+    versions = [named[2] for i, path in damaged if (named := tiers[i].object_of(path))]
+    return max(versions, default=0) + 1
 
 
 @dataclasses.dataclass

@@ -61,7 +61,6 @@ class VersionedEngine(PrefetchEngine):
                          Catalog(self._disk[home].root, sync=self._disk[home].sync))
         self._done: dict[int, Future[None]] = {}  # per version: durable, or why not
         self._handles: dict[int, Version] = {}
-        self._lost: dict[Key, str] = {}  # keys whose object was missing at open
         self._versions_read: collections.Counter[int] = collections.Counter()  # versions being read
         self._commit_lane = Lane("commit")
         if not readonly:
@@ -109,9 +108,6 @@ class VersionedEngine(PrefetchEngine):
     def _lookup(self, key: Key, version: object = None) -> Entry:
         if version is not None:
             return self._object(key, version)[0]
-        lost = self._lost.get(key)
-        if lost is not None and key not in self._index:
-            raise CorruptDataError(lost, key=key)
         return super()._lookup(key)
 
     def _corrupt(self, entry: Entry, exc: CorruptDataError) -> CorruptDataError:
@@ -364,7 +360,9 @@ class VersionedEngine(PrefetchEngine):
         if self._catalog is None or not self._catalog.exists():
             return super()._recover()
         loaded = self._catalog.load(repair=not self._readonly)
-        found, problems = recovery.scan(self._disk, repair=not self._readonly, newest=False)
+        found, problems, damaged = recovery.scan(self._disk, repair=not self._readonly,
+                                                 newest=False)
+        self._next_version = max(self._next_version, recovery.past(self._disk, damaged))
         for info in loaded.versions:
             self._lineage.add(info)
         head = loaded.head if loaded.head in self._lineage.versions else max(

@@ -37,7 +37,7 @@ import numpy as np
 from tiered.arena import PAGE, Arena, Extent
 from tiered.checksum import ALGORITHM, check_algorithm, checksum
 from tiered.errors import CorruptDataError, TierFullError
-from tiered.keys import Key, key_filename, key_from_json, key_to_json
+from tiered.keys import Key, key_filename, key_from_filename, key_from_json, key_to_json
 from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
@@ -226,6 +226,7 @@ class ScanReport:
 
     records: list[Record]
     problems: list[str]
+    damaged: list[Path] = dataclasses.field(default_factory=list)  # object files not loaded
 
 
 def _leftover(name: str) -> str:
@@ -308,6 +309,21 @@ class PersistentTier(Tier):
     def has_room(self, nbytes: int) -> bool:
         """Return whether ``nbytes`` more would still fit."""
         return self.capacity_bytes is None or self._used + nbytes <= self.capacity_bytes
+
+    def object_of(self, path: Path) -> tuple[Key | None, str, int] | None:
+        """Return what an object file's name says: its key, name stem and version.
+
+        The key is ``None`` when the name is shortened (a long key's hash is in it, not the
+        key); the whole answer is ``None`` for a name no object file has.
+        """
+        stem, sep, tail = path.name.removesuffix(self.suffix).rpartition("~")
+        if not sep or not path.name.endswith(self.suffix):
+            return None
+        try:
+            version = int(tail, 16)
+        except ValueError:
+            return None
+        return key_from_filename(stem), stem, version
 
     def path_for(self, key: Key, version: int) -> Path:
         """Return the committed path of ``key`` at ``version`` (always inside the root)."""
@@ -459,6 +475,7 @@ class PersistentTier(Tier):
         """
         problems: list[str] = []
         records: list[Record] = []
+        damaged: list[Path] = []
         for path in sorted(self.root.iterdir()):
             if path.name.startswith(SPARE_PREFIX) and _empty(path):  # kept for reuse
                 if repair:
@@ -475,9 +492,10 @@ class PersistentTier(Tier):
                     records.append(self._record_from(path, *self._read_manifest(path)))
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
+                    damaged.append(path)
         with self._lock:
             self._used = sum(r.file_bytes for r in records)
-        return ScanReport(sorted(records, key=lambda r: r.version), problems)
+        return ScanReport(sorted(records, key=lambda r: r.version), problems, damaged)
 
     @staticmethod
     def _record_from(path: Path, manifest: dict[str, Any], offsets: Offsets) -> Record:
