@@ -221,7 +221,7 @@ def test_discard_cancels_a_drain_waiting_for_room(tmp_path: Path,
     cache.store(("ram", 1), second)
     with pytest.raises(TimeoutError):  # its copy waits for directory room that can come
         cache.flush(timeout=0.5)
-    caplog.set_level(logging.DEBUG, logger="tiered.engine")
+    caplog.set_level(logging.DEBUG, logger="tiered.writes")
     cache.discard(("ram", 1))  # the schedule moved it on: nobody needs that copy now
     deadline = time.monotonic() + 5
     while not any("('ram', 1) cancelled: discarded" in r.getMessage() for r in caplog.records):

@@ -348,7 +348,7 @@ def test_a_wait_for_room_says_what_it_waits_for_after_a_second(tmp_path, caplog)
     cache.store(0, _value(0))
     cache.store(1, _value(1))  # the host is full of copies still draining
     threading.Timer(1.5, directory.go.set).start()
-    with caplog.at_level("WARNING", logger="tiered.engine"):
+    with caplog.at_level("WARNING", logger="tiered.writes"):
         cache.store(2, _value(2))  # waits for a drain, which can end: no error
     (said,) = [r.getMessage() for r in caplog.records if "has waited" in r.getMessage()]
     assert said.startswith("a store has waited") and "drains" in said and "host" in said

@@ -13,13 +13,12 @@ from tiered.config import CacheConfig, OnFull, WriteBack
 from tiered.errors import CorruptDataError, TierFullError
 from tiered.index import Copy, Entry
 from tiered.keys import Key, canonical_key
-from tiered.movers import leaf_checksums, staging_buffer
-from tiered.payload import check_out, write_leaves
+from tiered.payload import check_out
 from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.sizes import format_size
 from tiered.stats import CacheStats
-from tiered.tiers.base import Record, Tier
-from tiered.values import ValueMeta, flatten, unflatten
+from tiered.tiers.base import Tier
+from tiered.values import flatten, unflatten
 from tiered.versioned import VersionedEngine
 
 log = logging.getLogger(__name__)
@@ -129,65 +128,6 @@ class Cache(VersionedEngine):
         with self._cond:
             self._signal("store", key, nbytes=meta.nbytes)
             self._storing = True  # the pump idles through a run of stores (captures first)
-
-    def _place(self, where: list[tuple[int, bool]],
-               nbytes: int) -> tuple[int, Any, list[tuple[int, Record]]]:
-        """Make room where the planner places a new value (under the lock).
-
-        ``where``: :meth:`Planner.placement`. Every tier makes room by the same rules,
-        memory or persistent: evict clean copies, then wait for drains where the plan
-        says to wait, else try the next tier. Returns the tier, the memory extent reserved
-        (``None`` in a persistent tier) and the files to delete before writing.
-        """
-        for i, wait in where:
-            if i in self._mem:
-                extent = self._reserve(i, nbytes, wait=wait, caller=True)
-                if extent is not None:
-                    return i, extent, []
-                continue
-            doomed = self._room_persistent(i, nbytes, wait=wait)
-            if doomed is not None:
-                return i, None, doomed
-        raise TierFullError(f"no tier has room for {format_size(nbytes)}")
-
-    def _capture(self, key: Key, version: int, meta: ValueMeta, arrays: list[Any], tier: int,
-                 extent: Any) -> Copy:
-        """Make the one copy of a capture (no lock held); synchronous for a persistent tier."""
-        if tier in self._mem:
-            write_leaves(self._mem[tier].region(extent, meta.nbytes), meta, arrays)
-            return Copy(tier, extent=extent)
-        host = staging_buffer(meta.nbytes)
-        write_leaves(host, meta, arrays)
-        return Copy(tier, record=self._disk[tier].put(key, version, meta, host,
-                                                      leaf_checksums(host, meta)))
-
-    def _install(self, entry: Entry, copy: Copy) -> None:
-        doomed: list[tuple[int, Record]] = []
-        with self._cond:
-            self._lost.pop(entry.key, None)  # a new value replaces a damaged one
-            old = self._index.get(entry.key)
-            if old is not None and old.version > entry.version:  # a racing newer store won
-                entry, old = old, entry
-                self._add_copy(old, copy)
-                doomed = self._retire(old, delete_files=True)
-            else:
-                if old is not None:
-                    entry.superseded = self._retire(old, delete_files=False)
-                    entry.base = None if old.gone else old  # kept by a version
-                self._add_copy(entry, copy)
-                if copy.record is not None:
-                    entry.checksums = copy.record.checksums
-                self._index_put(entry)
-                self._stats.stores += 1
-                self._stats.bytes_stored += entry.meta.nbytes
-                self._tstats(copy.tier).bytes_in += entry.meta.nbytes
-                self._tstats(copy.tier).bytes_written += entry.meta.nbytes
-                if entry.dirty:
-                    self._dirtied(entry)
-                else:
-                    doomed, entry.superseded = entry.superseded, []
-            self._cond.notify_all()
-        self._delete(doomed)
 
     # ----------------------------------------------------------------- revisit
     def revisit(self, key: Key, *, version: object = None, out: Any = None,

@@ -27,13 +27,13 @@ import weakref
 from concurrent.futures import Future
 from typing import Any
 
-from tiered.engine import EngineCore
 from tiered.errors import CorruptDataError
 from tiered.index import Copy, Entry
 from tiered.movers import staging_buffer
 from tiered.payload import borrow_leaves, can_borrow, read_leaves
 from tiered.tiers.base import PersistentTier, Record
 from tiered.transfers import read_persistent
+from tiered.writes import WriteEngine
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ READAHEAD = 4  # forecast objects after the one being fetched that the kernel re
 Job = tuple[Entry, Copy, int, Any, "Future[None]", list[tuple[PersistentTier, Record]]]
 
 
-class PrefetchEngine(EngineCore):
+class PrefetchEngine(WriteEngine):
     """Adds the revisit reads and the prefetch pump to the engine (see the module docstring)."""
 
     _pump_running = False
