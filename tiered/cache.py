@@ -82,8 +82,12 @@ class Cache(VersionedEngine):
                                      **{k: v for k, v in given.items() if v is not None})
         super().__init__(tiers, eviction, prefetch, config, readonly=readonly,
                          keep_last=keep_last)
-        with self._cond:
-            self.recovery: list[str] = self._recover()
+        try:
+            with self._cond:
+                self.recovery: list[str] = self._recover()
+        except BaseException:
+            self._release_tiers()  # their locks with them: the open failed
+            raise
 
     # ----------------------------------------------------------------- store
     def store(self, key: Key, value: Any) -> None:

@@ -68,16 +68,25 @@ class Catalog:
         self.dir = root / DIRNAME
         self.versions_dir = self.dir / "versions"
         self.sync = sync
-        self.seq = 0
+        self.seq = 0  # of the last HEAD written or read
+        self.head: int | None = None  # what HEAD says
 
     def exists(self) -> bool:
         """Whether a catalog was ever made here."""
         return self.versions_dir.is_dir()
 
     # ----------------------------------------------------------------- writing
+    def _make_dirs(self) -> None:
+        """Make the catalog's directories, durably (a commit must not vanish with them)."""
+        for folder in (self.dir, self.versions_dir):
+            if not folder.is_dir():
+                folder.mkdir(exist_ok=True)
+                if self.sync:
+                    fsync_dir(folder.parent)
+
     def _write(self, path: Path, doc: dict[str, Any], *, points: bool = False) -> None:
         """Write ``doc`` as JSON at ``path`` atomically (temp, fsync, rename, fsync dir)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_dirs()
         tmp = path.with_name(f"{TMP}{os.getpid():x}-{random.getrandbits(32):08x}-{path.name}")
         data = json.dumps(doc, separators=(",", ":")).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -104,18 +113,23 @@ class Catalog:
         """Return the path of version ``vid``'s commit record."""
         return self.versions_dir / f"v{vid:08d}.json"
 
-    def write_version(self, info: VersionInfo) -> None:
-        """Write ``info``'s commit record (its objects are durable already)."""
+    def write_version(self, info: VersionInfo, *, seq: int) -> None:
+        """Write ``info``'s commit record (its objects are durable already).
+
+        ``seq``: the sequence number of the HEAD write that makes it the head; a restart
+        that finds a record newer than HEAD (a crash between the two) takes it as the head.
+        """
         crash_point("commit.objects")
         self._write(self.record_path(info.id), {
             "format": FORMAT, "id": info.id, "parent": info.parent, "label": info.label,
-            "meta": info.meta, "created": info.created, "nbytes": info.nbytes,
+            "meta": info.meta, "created": info.created, "nbytes": info.nbytes, "seq": seq,
             "objects": _encode_objects(info.objects)}, points=True)
 
     def write_head(self, head: int | None) -> None:
         """Move the head on disk (a new sequence number: older working states stop counting)."""
         self.seq += 1
         self._write(self.dir / "HEAD", {"head": head, "seq": self.seq})
+        self.head = head
 
     def write_work(self, head: int | None, objects: dict[Key, int]) -> None:
         """Record the working key space made durable since the head was last moved."""
@@ -139,6 +153,7 @@ class Catalog:
         problems: list[str] = []
         versions: list[VersionInfo] = []
         failed: dict[int, str] = {}
+        seqs: dict[int, int] = {}
         for path in sorted(self.versions_dir.iterdir()):
             if path.name.startswith(TMP):
                 problems.append(f"catalog: removed unfinished record {path.name}" if repair
@@ -157,12 +172,18 @@ class Catalog:
                     int(doc["id"]), doc["parent"], doc["label"], dict(doc["meta"]),
                     float(doc["created"]), _decode_objects(doc["objects"]),
                     int(doc.get("nbytes", 0)), durable=True))
+                seqs[int(doc["id"])] = int(doc.get("seq", 0))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 problems.append(f"catalog: damaged record {path.name} not loaded: {exc}")
         for info in versions:
             if info.id in failed:
                 info.failed, info.why = True, failed[info.id] or "marked damaged"
         head, self.seq = self._read_head(problems)
+        ahead = [vid for vid, seq in seqs.items() if seq > self.seq]
+        if ahead:  # committed, but the process stopped before it moved the head
+            head = max(ahead, key=lambda vid: (seqs[vid], vid))
+            self.seq = seqs[head]
+        self.head = head
         return Loaded(sorted(versions, key=lambda v: v.id), head, self.seq,
                       self._read_work(head, problems), problems)
 
@@ -178,13 +199,14 @@ class Catalog:
             return None, 0
 
     def _read_work(self, head: int | None, problems: list[str]) -> dict[Key, int] | None:
-        try:
-            doc = json.loads((self.dir / "work.json").read_bytes())
-        except FileNotFoundError:
+        path = self.dir / "work.json"
+        if not path.exists():
             return None
-        except (OSError, ValueError) as exc:
+        try:
+            doc = json.loads(path.read_bytes())
+            if doc.get("head") != head or doc.get("seq") != self.seq:
+                return None  # flushed before the head last moved: the head's keys count
+            return _decode_objects(doc["objects"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"catalog: damaged working state ({exc}); the head is used")
             return None
-        if doc.get("head") != head or doc.get("seq") != self.seq:
-            return None  # flushed before the head last moved: the head's own keys count
-        return _decode_objects(doc["objects"])

@@ -179,8 +179,19 @@ class EngineCore:
         doomed: list[tuple[int, Record]] = []
         if entry.gone and copy.pins == 0 and entry.copies.get(copy.tier) is copy:
             doomed = self._let_go(entry, copy.tier, self._drop_copy(entry, copy.tier))
+            doomed += self._let_holders_go(entry)
         self._cond.notify_all()
         return doomed
+
+    def _let_holders_go(self, gone: Entry) -> list[tuple[int, Record]]:
+        """Release what a gone entry's files referred to, once no copy of it is left.
+
+        A pinned copy is still being read, and its leaves may be read from those files.
+        """
+        if gone.copies or not gone.holders:
+            return []
+        held, gone.holders = gone.holders, ()
+        return self._unhold(held)
 
     def _let_go(self, gone: Entry, tier: int, record: Record | None) -> list[tuple[int, Record]]:
         """Return where a gone entry's file, freed late (pinned, or drained after), goes.
@@ -233,8 +244,7 @@ class EngineCore:
                   if (record := self._drop_copy(old, tier)) is not None]
         doomed += old.superseded
         old.superseded = []
-        if old.gone and old.holders:  # the files it referred to may go with it
-            held, old.holders = old.holders, ()
-            doomed += self._unhold(held)
+        if old.gone:  # the files it referred to may go with it
+            doomed += self._let_holders_go(old)
         return doomed
 

@@ -165,14 +165,17 @@ class Lineage:
     def expendable(self, keep_last: int, busy: set[int]) -> list[int]:
         """Return the versions ``retain(keep_last=...)`` deletes, oldest first.
 
-        All but the ``keep_last`` newest, never the head, a version in ``busy`` (being
-        read) or one not yet durable (still draining), unless it failed.
+        All but the ``keep_last`` newest, never the head, the newest durable version on
+        its branch (what a restart comes back to while a newer one drains), a version in
+        ``busy`` (being read) or one not yet durable (still draining), unless it failed.
         """
         if keep_last < 1:
             raise ValueError(f"keep_last must be at least 1, got {keep_last!r}")
+        newest, _ = self.latest()
+        kept = {self.head, None if newest is None else newest.id, *busy}
         ordered = sorted(self.versions)
         return [vid for vid in ordered[:-keep_last]
-                if vid != self.head and vid not in busy
+                if vid not in kept
                 and (self.versions[vid].durable or self.versions[vid].failed)]
 
     def naming(self, obj: Obj) -> list[int]:

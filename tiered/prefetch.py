@@ -278,7 +278,10 @@ class PrefetchEngine(WriteEngine):
 
     def _after_corrupt(self, entry: Entry, tier: int, exc: CorruptDataError,
                        landing: Copy | None) -> int:
-        """Quarantine a corrupt copy if a deeper one exists and return its tier; else raise."""
+        """Quarantine a corrupt copy if a deeper one exists and return its tier; else raise.
+
+        A read-only cache renames nothing: it reads the deeper copy and leaves the file.
+        """
         log.error("%s", exc)
         with self._cond:
             self._stats.corrupt_reads += 1
@@ -287,7 +290,9 @@ class PrefetchEngine(WriteEngine):
                 if landing is not None:
                     self._free_landing(landing)
                 raise exc
-            record = self._drop_copy(entry, tier) if entry.copies[tier].pins <= 1 else None
+            # a reader changes no file: the deeper copy answers, the corrupt one stays
+            ours = entry.copies[tier].pins <= 1 and not self._readonly
+            record = self._drop_copy(entry, tier) if ours else None
         if record is not None:
             t = self._disk[tier]
             t.quarantine(record)

@@ -32,6 +32,7 @@ from tiered.lineage import VersionInfo
 from tiered.movers import Lane
 from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
+from tiered.sizes import format_size
 from tiered.tiers.base import Record, Tier
 from tiered.versions import Change, Version, diff_objects
 
@@ -65,6 +66,18 @@ class VersionedEngine(PrefetchEngine):
         self._commit_lane = Lane("commit")
         if not readonly:
             self._lock_tiers()
+        for i, tier in self._disk.items():
+            if i != home and Catalog(tier.root).exists():
+                self._release_tiers()
+                raise ValueError(
+                    f"the versions here are catalogued in {tier.name} ({tier.root}), but the "
+                    f"deepest persistent tier is now {self._disk[max(self._disk)].name}: "
+                    "open the cache with the tiers its versions were committed with")
+
+    def _release_tiers(self) -> None:
+        """Close the tiers (their locks with them): an open that failed."""
+        for tier in self._tiers:
+            tier.close()
 
     def _lock_tiers(self) -> None:
         """Take every persistent tier's one-writer lock, or none of them."""
@@ -169,7 +182,7 @@ class VersionedEngine(PrefetchEngine):
                                         nbytes=sum(e.meta.nbytes for e in entries.values()))
             self._plan.named(entries)
             self._done[info.id] = done
-            dirty = [e for e in entries.values() if e.dirty]
+            dirty = [e for e in entries.values() if e.dirty or e.home not in self._disk]
             if self._catalog is None:
                 done.set_exception(TieredError(
                     f"version {info.id} lives in memory only: this cache has no persistent "
@@ -183,6 +196,11 @@ class VersionedEngine(PrefetchEngine):
 
     def _await_durable(self, info: VersionInfo, entries: list[Entry]) -> None:
         """Wait until every entry is home, or raise why one cannot be (locked)."""
+        for entry in entries:
+            if entry.home not in self._disk:
+                raise VersionFailedError(
+                    f"version {info.id}: {entry.key!r} ({format_size(entry.meta.nbytes)}) "
+                    "fits no persistent tier: it cannot be made durable")
         while True:
             dirty = [e for e in entries if e.dirty]
             if not dirty:
@@ -207,19 +225,25 @@ class VersionedEngine(PrefetchEngine):
             with self._cond:
                 self._await_durable(info, entries)
             assert self._catalog is not None
-            self._catalog.write_version(info)
-            self._write_head()
+            self._catalog.write_version(info, seq=self._catalog.seq + 1)
         except BaseException as exc:
             with self._cond:
                 info.failed, info.why = True, str(exc)
+                if self._lineage.head == info.id:  # the next commit descends from its parent
+                    self._lineage.head = info.parent
                 self._failed(exc, f"commit of version {info.id}", tuple(info.objects))
-            log.error("version %d failed: %s", info.id, exc)
+            (log.info if self._closed else log.error)("version %d failed: %s", info.id, exc)
             done.set_exception(exc if isinstance(exc, VersionFailedError) else
                                VersionFailedError(f"version {info.id}: {exc}"))
             return
         with self._cond:
             info.durable = True
         done.set_result(None)
+        try:  # the record is durable: a restart finds it the head even if this fails
+            self._write_head()
+        except OSError as exc:
+            log.error("version %d is durable but the head could not be moved on disk: %s",
+                      info.id, exc)
         if self._keep_last is not None:
             self._retain(self._keep_last)
 
@@ -275,16 +299,15 @@ class VersionedEngine(PrefetchEngine):
     def _write_head(self) -> None:
         """Move the head on disk; the working state recorded before it no longer counts."""
         assert self._catalog is not None
-        with self._cond:
-            head = self._lineage.head
-        self._catalog.write_head(head)
+        with self._cond:  # a commit still draining is not written as the head yet
+            newest, _ = self._lineage.latest()
+        self._catalog.write_head(None if newest is None else newest.id)
         self._record_work({})
 
     def _record_work(self, objects: dict[Key, int]) -> None:
         """Name ``objects`` as the durable working state (on disk already); free the old."""
         doomed: list[tuple[int, Record]] = []
         with self._cond:
-            self._plan.named({k: self._index[k] for k in objects if k in self._index})
             for entry in self._plan.unnamed(self._lineage.set_work(objects)):
                 doomed += self._retire(entry, delete_files=True)
         self._delete(doomed)
@@ -350,11 +373,23 @@ class VersionedEngine(PrefetchEngine):
     def _flush_work(self) -> None:
         """Record the key space as durable (on the commit lane, after every commit)."""
         assert self._catalog is not None
-        with self._cond:
-            head = self._lineage.head
-            objects = {k: e.version for k, e in self._index.items() if not e.dirty}
-        self._catalog.write_work(head, objects)
-        self._record_work(objects)
+        with self._cond:  # named from here: a discard meanwhile keeps their files
+            newest, _ = self._lineage.latest()
+            head = None if newest is None else newest.id
+            entries = {k: e for k, e in self._index.items()
+                       if not e.dirty and e.home in self._disk}
+            objects = {k: e.version for k, e in entries.items()}
+            self._plan.named(entries)
+            self._lineage.hold(objects.items())
+        try:
+            if head != self._catalog.head:
+                self._catalog.write_head(head)
+            self._catalog.write_work(head, objects)
+            self._record_work(objects)
+        finally:
+            with self._cond:
+                doomed = self._unhold(list(objects.items()))
+            self._delete(doomed)
 
     def _recover(self) -> list[str]:
         if self._catalog is None or not self._catalog.exists():

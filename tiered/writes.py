@@ -325,6 +325,7 @@ class WriteEngine(EngineCore):
             if entry.gone:
                 self._add_copy(entry, new)
                 doomed += self._let_go(entry, new.tier, self._drop_copy(entry, new.tier))
+                doomed += self._let_holders_go(entry)
             else:
                 self._add_copy(entry, new)
                 if entry.dirty:

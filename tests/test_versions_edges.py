@@ -1,0 +1,197 @@
+"""Versions at their edges: failures, races and reopenings found in review."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tiered
+from tiered.catalog import Catalog
+from tiered.errors import BackgroundError, VersionFailedError
+from tiered.tiers.base import PersistentTier
+from tiered.tiers.directory import DirectoryTier
+
+
+def _tiers(root, host="64MiB"):
+    return [tiered.HostTier(host), tiered.DirectoryTier(root / "bb")]
+
+
+def _fail_puts(monkeypatch):
+    """Make every directory write fail (a full disk) until the flag is cleared."""
+    real = DirectoryTier.put
+    state = {"fail": True}
+
+    def put(self, *args, **kw):
+        if state["fail"]:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(DirectoryTier, "put", put)
+    return state
+
+
+def test_retention_keeps_the_last_durable_version_while_a_newer_one_drains(tmp_path,
+                                                                           monkeypatch):
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(1000))
+    v1 = cache.commit().wait()
+    state = _fail_puts(monkeypatch)
+    cache.store("a", np.ones(1000))
+    v2 = cache.commit()
+    assert cache.retain(keep_last=1) == []  # v2 is not durable: v1 is what restart has
+    with pytest.raises(VersionFailedError):
+        v2.wait(timeout=30)
+    state["fail"] = False
+    assert cache.latest() == v1
+    cache.close(drain=False)
+
+
+def test_a_flush_after_a_failed_commit_comes_back_at_restart(tmp_path, monkeypatch):
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(1000))
+    first = cache.commit().wait()
+    state = _fail_puts(monkeypatch)
+    cache.store("b", np.ones(1000))
+    with pytest.raises(VersionFailedError):
+        cache.commit().wait(timeout=30)
+    state["fail"] = False
+    with pytest.raises(BackgroundError):
+        cache.flush()  # reports the failure once, and retries the drain
+    cache.store("c", np.ones(10))
+    cache.flush()
+    assert cache.commit().wait().parent == first.id  # not the failed one
+    cache.store("d", 1)
+    cache.flush()
+    cache.close()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert set(again.keys()) == {"a", "b", "c", "d"}
+
+
+def test_a_value_no_persistent_tier_can_hold_fails_its_version(tmp_path):
+    tiers = [tiered.HostTier("64MiB"), tiered.DirectoryTier(tmp_path / "bb", capacity="1MiB")]
+    with tiered.Cache(tiers) as cache:
+        cache.store("small", np.zeros(10))
+        cache.store("big", np.zeros(1_000_000))  # 8 MB: only host memory holds it
+        with pytest.raises(VersionFailedError, match="fits no persistent tier"):
+            cache.commit().wait(timeout=30)
+        with pytest.raises(BackgroundError):
+            cache.flush()
+
+
+def test_a_reader_keeps_the_files_its_leaves_refer_to(tmp_path):
+    def value(a, b):
+        return {"c": np.full(100_000, a), "x": np.full(100_000, b)}
+
+    with tiered.Cache(_tiers(tmp_path)) as cache:
+        cache.store("k", value(1.0, 0.0))
+        cache.commit().wait()
+        cache.store("k", value(1.0, 1.0))  # leaf c refers to the first file
+        cache.commit().wait()
+    cache = tiered.Cache(_tiers(tmp_path))  # only on disk now
+    real = PersistentTier.get_into
+    entered, go = threading.Event(), threading.Event()
+
+    def paused(self, record, region):
+        if not entered.is_set():
+            entered.set()
+            go.wait(10)
+        return real(self, record, region)
+
+    out = {}
+
+    def reader():
+        try:
+            out["value"] = cache.revisit("k")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            out["error"] = exc
+
+    PersistentTier.get_into = paused
+    try:
+        thread = threading.Thread(target=reader)
+        thread.start()
+        assert entered.wait(10)
+        cache.store("k", value(2.0, 2.0))
+        cache.commit().wait()
+        cache.retain(keep_last=1)  # the version being read goes, its holder must not yet
+        cache._deletions.settle(None)
+        go.set()
+        thread.join(10)
+    finally:
+        PersistentTier.get_into = real
+    cache.close()
+    assert "error" not in out, out.get("error")
+    assert out["value"]["x"][0] == 1.0 and out["value"]["c"][0] == 1.0
+    files = [p for p in (tmp_path / "bb").iterdir() if p.suffix == ".tdat"]
+    assert len(files) == 1  # and once the read ended, what only it needed went
+
+
+def test_a_reader_renames_no_file_when_a_copy_is_corrupt(tmp_path):
+    def tiers():
+        return [tiered.HostTier("64MiB"), tiered.DirectoryTier(tmp_path / "d1", name="d1"),
+                tiered.DirectoryTier(tmp_path / "d2", name="d2")]
+
+    with tiered.Cache(tiers()) as cache:
+        cache.store("k", np.arange(100_000.0))
+        cache.commit().wait()
+    (path,) = [p for p in (tmp_path / "d1").iterdir() if p.suffix == ".tdat"]
+    with open(path, "r+b") as fh:
+        fh.seek(100)
+        fh.write(b"\xff" * 8)
+    before = sorted(p.name for p in (tmp_path / "d1").iterdir())
+    with tiered.Cache(tiers(), readonly=True) as reader:
+        assert reader.revisit("k")[5] == 5.0  # from the deeper copy
+    assert sorted(p.name for p in (tmp_path / "d1").iterdir()) == before
+
+
+def test_a_discard_during_a_flush_stays_discarded(tmp_path):
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(10))
+    cache.commit().wait()
+    cache.store("k", np.ones(100_000))
+    real = Catalog.write_work
+    entered, go = threading.Event(), threading.Event()
+
+    def paused(self, head, objects):
+        entered.set()
+        go.wait(10)
+        return real(self, head, objects)
+
+    Catalog.write_work = paused
+    try:
+        thread = threading.Thread(target=cache.flush)
+        thread.start()
+        assert entered.wait(10)
+        cache.discard("k")  # after flush's snapshot, which names k's file
+        cache._deletions.settle(None)
+        go.set()
+        thread.join(10)
+    finally:
+        Catalog.write_work = real
+    cache.close(drain=False)  # as a crash right after that flush returned
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert again.revisit("k")[0] == 1.0  # the flushed state: k was in it, whole
+
+
+def test_a_catalog_in_another_tier_is_refused_and_the_locks_released(tmp_path):
+    with tiered.Cache(_tiers(tmp_path)) as cache:
+        cache.store("a", np.zeros(1000))
+        cache.commit(label="one").wait()
+    deeper = _tiers(tmp_path) + [tiered.DirectoryTier(tmp_path / "deep", name="deep")]
+    with pytest.raises(ValueError, match="catalogued in directory"):
+        tiered.Cache(deeper)
+    with tiered.Cache(_tiers(tmp_path)) as again:  # same process: nothing left locked
+        assert [v.label for v in again.versions()] == ["one"]
+
+
+def test_a_damaged_working_state_falls_back_to_the_head(tmp_path):
+    with tiered.Cache(_tiers(tmp_path)) as cache:
+        cache.store("a", 1)
+        cache.commit().wait()
+        cache.store("b", 2)
+        cache.flush()
+    (tmp_path / "bb" / ".tiered" / "work.json").write_text('{"head": 1, "seq": 1}')
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert again.keys() == ["a"]
+        assert any("damaged working state" in p for p in again.recovery)
