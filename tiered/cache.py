@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -177,17 +178,19 @@ class Cache(VersionedEngine):
         if out is not None and not copy:
             raise ValueError("revisit: out= copies into your arrays; it cannot go with "
                              "copy=False")
+        find = self._lookup if version is None else functools.partial(self._as_of, version)
         if out is not None:
             out_meta, into = flatten(out)
             with self._cond:
-                check_out(self._lookup(key, version).meta, out_meta, into)
+                check_out(find(key).meta, out_meta, into)
         started = time.perf_counter()
         with self._cond:
             vid = None if version is None else self._lineage.resolve(version).id
-            first = self._lookup(key, version)
-        self._await_prefetch(first)
+            prefetch = find(key).prefetch
+        if prefetch is not None:
+            self._await_prefetch(prefetch)
         with self._cond:
-            entry = self._lookup(key, version)
+            entry = find(key)
             where = entry.fastest()
             where.pins += 1
             entry.consumed = True

@@ -178,8 +178,11 @@ class EngineCore:
         copy.pins -= 1
         doomed: list[tuple[int, Record]] = []
         if entry.gone and copy.pins == 0 and entry.copies.get(copy.tier) is copy:
-            doomed = self._let_go(entry, copy.tier, self._drop_copy(entry, copy.tier))
-            doomed += self._let_holders_go(entry)
+            record = self._drop_copy(entry, copy.tier)
+            if record is not None:
+                doomed = self._let_go(entry, copy.tier, record)
+            if entry.holders:
+                doomed += self._let_holders_go(entry)
         self._cond.notify_all()
         return doomed
 
@@ -240,11 +243,15 @@ class EngineCore:
         Returns the records to delete now; without ``delete_files``, the records the caller
         parks on the new version (deleted once it is home).
         """
-        doomed = [(tier, record) for tier in self._plan.retire(old, delete_files=delete_files)
-                  if (record := self._drop_copy(old, tier)) is not None]
-        doomed += old.superseded
-        old.superseded = []
-        if old.gone:  # the files it referred to may go with it
+        doomed: list[tuple[int, Record]] = []
+        for tier in self._plan.retire(old, delete_files=delete_files):
+            record = self._drop_copy(old, tier)
+            if record is not None:
+                doomed.append((tier, record))
+        if old.superseded:
+            doomed += old.superseded
+            old.superseded = []
+        if old.gone and old.holders:  # the files it referred to may go with it
             doomed += self._let_holders_go(old)
         return doomed
 

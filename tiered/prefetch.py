@@ -217,11 +217,9 @@ class PrefetchEngine(WriteEngine):
         weakref.finalize(owner, self._returned.append, (entry, where)).atexit = False
         return leaves
 
-    def _await_prefetch(self, entry: Entry) -> None:
-        """Wait for a prefetch of ``entry`` in flight (no lock held)."""
-        with self._cond:
-            future = entry.prefetch
-        if future is None or future.done():
+    def _await_prefetch(self, future: Future[Any]) -> None:
+        """Wait for a prefetch in flight (no lock held)."""
+        if future.done():
             return
         started = time.perf_counter()
         concurrent.futures.wait([future], timeout=self._config.full_timeout_s)

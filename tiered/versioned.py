@@ -118,10 +118,9 @@ class VersionedEngine(PrefetchEngine):
                                    f"{ver}) is missing", key=key)
         return entry, info.id
 
-    def _lookup(self, key: Key, version: object = None) -> Entry:
-        if version is not None:
-            return self._object(key, version)[0]
-        return super()._lookup(key)
+    def _as_of(self, version: object, key: Key) -> Entry:
+        """Return the entry ``key`` had in ``version`` (locked)."""
+        return self._object(key, version)[0]
 
     def _corrupt(self, entry: Entry, exc: CorruptDataError) -> CorruptDataError:
         """Mark the versions naming a damaged object failed; return the error to raise."""
