@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -35,23 +34,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tiered.arena import PAGE, Arena, Extent
-from tiered.checksum import ALGORITHM, check_algorithm, checksum
+from tiered.checksum import ALGORITHM, checksum
 from tiered.errors import CorruptDataError, TierFullError
-from tiered.keys import Key, key_filename, key_from_filename, key_from_json, key_to_json
+from tiered.keys import Key, key_filename, key_from_filename, key_to_json
 from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size, parse_size
 from tiered.tiers.files import advise_file, fsync_dir, pread_into, unlink_quietly
 from tiered.tiers.lock import WriterLock
 from tiered.tiers.model import TierModel, counted_bytes
+from tiered.tiers.records import FORMAT, Offsets, Record, ScanReport, record_from, shared_leaves
 from tiered.values import ValueMeta
 
 log = logging.getLogger(__name__)
-FORMAT = "tiered/1"
 TMP_PREFIX = ".tmp-"
 SPARE_KIND = "spare-"  # the temp-name tag of an emptied object file kept to write into again
 SPARE_PREFIX = f"{TMP_PREFIX}{SPARE_KIND}"
-Offsets = tuple[int | None, ...] | None  # where each leaf starts in a file, if not implied
 MANIFEST_SLACK = 64 * 1024  # room reserved per object beyond its payload (a tier may say less)
 _PID = [os.getpid()]  # this process's id, kept current across fork (getpid is a system call)
 
@@ -164,69 +162,6 @@ class MemoryTier(Tier):
         Nothing for host memory; a device tier overrides it (see :class:`DeviceTier`).
         """
         return contextlib.nullcontext()
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    """One committed object in a persistent tier."""
-
-    key: Key
-    version: int
-    meta: ValueMeta
-    checksums: tuple[int, ...]
-    path: Path
-    file_bytes: int
-    offsets: Offsets = None  # where each leaf starts, if not implied
-    content: tuple[int, ...] | None = None  # each leaf's xxh3-128, where it was computed
-    # leaves held by another object's file: (leaf index, that object's version, file offset)
-    refs: tuple[tuple[int, int, int], ...] = ()
-
-    def leaf_offset(self, index: int) -> int:
-        """Return where leaf ``index`` starts in this object's file."""
-        offset = None if self.offsets is None else self.offsets[index]
-        return self.meta.leaves[index].offset if offset is None else offset
-
-    def holders(self) -> frozenset[int]:
-        """Return the versions of the objects whose files hold some of its leaves."""
-        return frozenset(ver for _, ver, _ in self.refs)
-
-    @property
-    def stored_bytes(self) -> int:
-        """Payload bytes its own file holds (the rest is its holders')."""
-        return self.meta.nbytes - sum(self.meta.leaves[i].nbytes for i, _, _ in self.refs)
-
-
-def shared_leaves(meta: ValueMeta, content: Sequence[int] | None,
-                  base: Record | None) -> tuple[tuple[int, int, int], ...]:
-    """Return the leaves of a new object that ``base`` (or its holders) already holds.
-
-    A leaf is shared when its dtype, shape and size match ``base``'s leaf at the same
-    place and their xxh3-128 content hashes are equal; each is named with the file that
-    really holds its bytes, so a reference never leads to another reference.
-    """
-    if content is None or base is None or base.content is None:
-        return ()
-    theirs = {i: (ver, off) for i, ver, off in base.refs}
-    out = []
-    for i, (leaf, digest) in enumerate(zip(meta.leaves, content, strict=True)):
-        if i >= len(base.meta.leaves) or not leaf.nbytes:
-            continue
-        old = base.meta.leaves[i]
-        if ((old.dtype, old.shape, old.nbytes, old.kind) == (leaf.dtype, leaf.shape,
-                                                             leaf.nbytes, leaf.kind)
-                and base.content[i] == digest):
-            ver, off = theirs.get(i, (base.version, base.leaf_offset(i)))
-            out.append((i, ver, off))
-    return tuple(out)
-
-
-@dataclasses.dataclass
-class ScanReport:
-    """What :meth:`PersistentTier.scan` found: good records and what it set aside."""
-
-    records: list[Record]
-    problems: list[str]
-    damaged: list[Path] = dataclasses.field(default_factory=list)  # object files not loaded
 
 
 def _leftover(name: str) -> str:
@@ -489,28 +424,13 @@ class PersistentTier(Tier):
                     path.unlink(missing_ok=True)
             elif path.suffix == self.suffix and path.is_file():
                 try:
-                    records.append(self._record_from(path, *self._read_manifest(path)))
+                    records.append(record_from(path, *self._read_manifest(path)))
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     problems.append(f"{self.name}: damaged object {path.name} not loaded: {exc}")
                     damaged.append(path)
         with self._lock:
             self._used = sum(r.file_bytes for r in records)
         return ScanReport(sorted(records, key=lambda r: r.version), problems, damaged)
-
-    @staticmethod
-    def _record_from(path: Path, manifest: dict[str, Any], offsets: Offsets) -> Record:
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"unknown format {manifest.get('format')!r}")
-        check_algorithm(manifest["checksum"]["algorithm"])
-        meta = ValueMeta.from_json(manifest["meta"])
-        sums = tuple(int(c) for c in manifest["checksum"]["leaves"])
-        if len(sums) != len(meta.leaves):
-            raise ValueError("checksum count does not match leaf count")
-        content = manifest.get("content")
-        refs = tuple((int(i), int(v), int(o)) for i, v, o in manifest.get("refs", ()))
-        return Record(key_from_json(manifest["key"]), int(manifest["version"]), meta, sums,
-                      path, path.stat().st_size, offsets,
-                      None if content is None else tuple(int(c, 16) for c in content), refs)
 
     @staticmethod
     def encode_manifest(manifest: dict[str, Any]) -> bytes:
