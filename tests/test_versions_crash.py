@@ -77,19 +77,20 @@ def test_an_uninterrupted_run_ends_at_the_second_version(tmp_path):
         assert again.latest().label == "two" and _space(again) == TWO
 
 
+def _state(step):
+    """The key space after ``step`` steps of WORKLOAD (key -> the step that stored it)."""
+    keys = {}
+    for s in range(step):
+        keys[f"k{s % 5}"] = s
+        if s % 7 == 6:
+            keys.pop(f"k{(s + 2) % 5}", None)
+    return keys
+
+
 WORKLOAD = textwrap.dedent("""
-    import json
     import sys
     import numpy as np
     import tiered
-
-    def state(step):  # the key space after `step` steps (the parent computes it too)
-        keys = {}
-        for s in range(step):
-            keys[f"k{s % 5}"] = s
-            if s % 7 == 6:
-                keys.pop(f"k{(s + 2) % 5}", None)
-        return keys
 
     cache = tiered.Cache([tiered.HostTier("2MiB"), tiered.DirectoryTier(sys.argv[1])])
     for step in range(1, 400):
@@ -104,15 +105,6 @@ WORKLOAD = textwrap.dedent("""
                 cache.commit(meta={"step": step}).wait()
             print(step, flush=True)
 """)
-
-
-def _state(step):
-    keys = {}
-    for s in range(step):
-        keys[f"k{s % 5}"] = s
-        if s % 7 == 6:
-            keys.pop(f"k{(s + 2) % 5}", None)
-    return keys
 
 
 @pytest.mark.parametrize("trial", range(6))
