@@ -195,3 +195,35 @@ def test_a_damaged_working_state_falls_back_to_the_head(tmp_path):
     with tiered.Cache(_tiers(tmp_path)) as again:
         assert again.keys() == ["a"]
         assert any("damaged working state" in p for p in again.recovery)
+
+
+
+def _store(cache, key, value):
+    """Store, past a background failure reported once at the start of the call."""
+    try:
+        cache.store(key, value)
+    except BackgroundError:
+        cache.store(key, value)
+
+
+
+def test_after_two_failed_commits_the_next_descends_from_the_last_sound_one(tmp_path,
+                                                                            monkeypatch):
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(100))
+    v1 = cache.commit().wait()
+    state = _fail_puts(monkeypatch)
+    cache.store("b", np.ones(100))
+    v2 = cache.commit()
+    cache.store("c", np.ones(100))
+    v3 = cache.commit()  # committed on v2, which will fail too
+    for v in (v2, v3):
+        with pytest.raises(VersionFailedError):
+            v.wait(timeout=30)
+    state["fail"] = False
+    _store(cache, "d", np.ones(100))
+    v4 = cache.commit().wait()
+    assert v4.parent == v1.id
+    cache.close()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert [(v.id, v.parent) for v in again.versions()] == [(1, None), (4, 1)]

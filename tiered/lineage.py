@@ -84,6 +84,24 @@ class Lineage:
         self.head = info.id
         return info
 
+    def fail(self, vid: int, why: str) -> None:
+        """Mark ``vid`` failed; the head and the versions committed on it move to a sound one.
+
+        A failed version gets no record: the head (if it is ``vid``) and its children still
+        in flight descend instead from its nearest ancestor that did not fail, so every
+        branch still reaches its durable history after a restart.
+        """
+        info = self.versions[vid]
+        info.failed, info.why = True, why
+        sound = info.parent
+        while sound is not None and sound in self.versions and self.versions[sound].failed:
+            sound = self.versions[sound].parent
+        for other in self.versions.values():
+            if other.parent == vid and not other.durable:
+                other.parent = sound
+        if self.head == vid:
+            self.head = sound
+
     def drop(self, vid: int) -> list[Obj]:
         """Forget version ``vid``; return the objects nothing names any more."""
         info = self.versions.pop(vid)

@@ -227,9 +227,7 @@ class VersionedEngine(PrefetchEngine):
             self._catalog.write_version(info, seq=self._catalog.seq + 1)
         except BaseException as exc:
             with self._cond:
-                info.failed, info.why = True, str(exc)
-                if self._lineage.head == info.id:  # the next commit descends from its parent
-                    self._lineage.head = info.parent
+                self._lineage.fail(info.id, str(exc))
                 self._failed(exc, f"commit of version {info.id}", tuple(info.objects))
             (log.info if self._closed else log.error)("version %d failed: %s", info.id, exc)
             done.set_exception(exc if isinstance(exc, VersionFailedError) else
