@@ -227,3 +227,64 @@ def test_after_two_failed_commits_the_next_descends_from_the_last_sound_one(tmp_
     cache.close()
     with tiered.Cache(_tiers(tmp_path)) as again:
         assert [(v.id, v.parent) for v in again.versions()] == [(1, None), (4, 1)]
+
+
+
+def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart(
+        tmp_path, monkeypatch):
+    import tiered.catalog as catalog
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(100))
+    cache.commit().wait()
+    real = catalog.fsync_dir
+
+    def failing(path):  # the versions directory's fsync fails (EIO), after the rename
+        if path.name == "versions":
+            raise OSError(5, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr(catalog, "fsync_dir", failing)
+    cache.store("b", np.ones(100))
+    with pytest.raises(VersionFailedError):
+        cache.commit().wait(timeout=30)
+    monkeypatch.setattr(catalog, "fsync_dir", real)
+    _store(cache, "c", np.full(100, 3.0))
+    cache.flush()
+    cache.close()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert [v.id for v in again.versions()] == [1]
+        assert again.latest().id == 1
+        assert sorted(again.keys()) == ["a", "b", "c"]  # the flushed key space, whole
+        assert float(again.revisit("c")[0]) == 3.0
+
+
+
+def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, monkeypatch):
+    import tiered.catalog as catalog
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(100))
+    cache.commit().wait()
+    real_sync = catalog.fsync_dir
+
+    def failing(path):
+        if path.name == "versions":
+            raise OSError(5, "Input/output error")
+        return real_sync(path)
+
+    def stuck(path):  # the record cannot be removed either
+        if "versions" in str(path):
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(catalog, "fsync_dir", failing)
+    monkeypatch.setattr(catalog, "unlink_quietly", stuck)
+    cache.store("b", np.ones(100))
+    with pytest.raises(VersionFailedError):
+        cache.commit().wait(timeout=30)
+    monkeypatch.setattr(catalog, "fsync_dir", real_sync)
+    _store(cache, "c", np.full(100, 3.0))
+    cache.flush()  # writes HEAD again, past the record's sequence number
+    cache.close()
+    assert (tmp_path / "bb" / ".tiered" / "versions" / "v00000002.json").exists()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert again.latest().id == 1
+        assert float(again.revisit("c")[0]) == 3.0  # the flushed working state counts

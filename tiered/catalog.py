@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 from pathlib import Path
@@ -28,6 +29,8 @@ from tiered.crashpoints import crash_point
 from tiered.keys import Key, key_from_json, key_to_json
 from tiered.lineage import VersionInfo
 from tiered.tiers.files import fsync_dir, unlink_quietly
+
+log = logging.getLogger(__name__)
 
 FORMAT = "tiered-version/1"
 DIRNAME = ".tiered"
@@ -70,6 +73,7 @@ class Catalog:
         self.sync = sync
         self.seq = 0  # of the last HEAD written or read
         self.head: int | None = None  # what HEAD says
+        self.stale = False  # a record may be newer than HEAD: write HEAD again
 
     def exists(self) -> bool:
         """Whether a catalog was ever made here."""
@@ -129,7 +133,21 @@ class Catalog:
         """Move the head on disk (a new sequence number: older working states stop counting)."""
         self.seq += 1
         self._write(self.dir / "HEAD", {"head": head, "seq": self.seq})
-        self.head = head
+        self.head, self.stale = head, False
+
+    def withdraw(self, vid: int) -> None:
+        """Remove the record of version ``vid``, which failed after it may have been written.
+
+        If it cannot be removed, the next HEAD write (whose sequence number reaches the
+        record's) still keeps a restart from taking it as the head.
+        """
+        self.stale = True
+        try:
+            unlink_quietly(self.record_path(vid))
+            if self.sync and self.versions_dir.is_dir():
+                fsync_dir(self.versions_dir)
+        except OSError as exc:
+            log.error("catalog: the record of failed version %d stays: %s", vid, exc)
 
     def write_work(self, head: int | None, objects: dict[Key, int]) -> None:
         """Record the working key space made durable since the head was last moved."""
@@ -179,7 +197,7 @@ class Catalog:
             if info.id in failed:
                 info.failed, info.why = True, failed[info.id] or "marked damaged"
         head, self.seq = self._read_head(problems)
-        ahead = [vid for vid, seq in seqs.items() if seq > self.seq]
+        ahead = [vid for vid, seq in seqs.items() if seq > self.seq and vid not in failed]
         if ahead:  # committed, but the process stopped before it moved the head
             head = max(ahead, key=lambda vid: (seqs[vid], vid))
             self.seq = seqs[head]

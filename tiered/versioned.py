@@ -226,6 +226,8 @@ class VersionedEngine(PrefetchEngine):
             assert self._catalog is not None
             self._catalog.write_version(info, seq=self._catalog.seq + 1)
         except BaseException as exc:
+            if self._catalog is not None:
+                self._catalog.withdraw(info.id)  # its record, if it got that far, goes
             with self._cond:
                 self._lineage.fail(info.id, str(exc))
                 self._failed(exc, f"commit of version {info.id}", tuple(info.objects))
@@ -379,7 +381,7 @@ class VersionedEngine(PrefetchEngine):
             self._plan.named(entries)
             self._lineage.hold(objects.items())
         try:
-            if head != self._catalog.head:
+            if head != self._catalog.head or self._catalog.stale:
                 self._catalog.write_head(head)
             self._catalog.write_work(head, objects)
             self._record_work(objects)
