@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -197,37 +198,12 @@ def test_a_damaged_working_state_falls_back_to_the_head(tmp_path):
         assert any("damaged working state" in p for p in again.recovery)
 
 
-
 def _store(cache, key, value):
     """Store, past a background failure reported once at the start of the call."""
     try:
         cache.store(key, value)
     except BackgroundError:
         cache.store(key, value)
-
-
-
-def test_after_two_failed_commits_the_next_descends_from_the_last_sound_one(tmp_path,
-                                                                            monkeypatch):
-    cache = tiered.Cache(_tiers(tmp_path))
-    cache.store("a", np.zeros(100))
-    v1 = cache.commit().wait()
-    state = _fail_puts(monkeypatch)
-    cache.store("b", np.ones(100))
-    v2 = cache.commit()
-    cache.store("c", np.ones(100))
-    v3 = cache.commit()  # committed on v2, which will fail too
-    for v in (v2, v3):
-        with pytest.raises(VersionFailedError):
-            v.wait(timeout=30)
-    state["fail"] = False
-    _store(cache, "d", np.ones(100))
-    v4 = cache.commit().wait()
-    assert v4.parent == v1.id
-    cache.close()
-    with tiered.Cache(_tiers(tmp_path)) as again:
-        assert [(v.id, v.parent) for v in again.versions()] == [(1, None), (4, 1)]
-
 
 
 def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart(
@@ -256,7 +232,6 @@ def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart
         assert again.latest().id == 1
         assert sorted(again.keys()) == ["a", "b", "c"]  # the flushed key space, whole
         assert float(again.revisit("c")[0]) == 3.0
-
 
 
 def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, monkeypatch):
@@ -288,3 +263,63 @@ def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, mon
     with tiered.Cache(_tiers(tmp_path)) as again:
         assert again.latest().id == 1
         assert float(again.revisit("c")[0]) == 3.0  # the flushed working state counts
+
+
+def test_after_two_failed_commits_the_next_descends_from_the_last_sound_one(tmp_path,
+                                                                            monkeypatch):
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(100))
+    v1 = cache.commit().wait()
+    state = _fail_puts(monkeypatch)
+    cache.store("b", np.ones(100))
+    v2 = cache.commit()
+    cache.store("c", np.ones(100))
+    v3 = cache.commit()  # committed on v2, which will fail too
+    for v in (v2, v3):
+        with pytest.raises(VersionFailedError):
+            v.wait(timeout=30)
+    state["fail"] = False
+    _store(cache, "d", np.ones(100))
+    v4 = cache.commit().wait()
+    assert v4.parent == v1.id
+    cache.close()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert [(v.id, v.parent) for v in again.versions()] == [(1, None), (4, 1)]
+
+
+def test_a_failed_open_stops_its_restart_drains_before_it_unlocks(tmp_path, monkeypatch):
+    import tiered.deletion as deletion
+    tiers = lambda: [tiered.HostTier("16MiB"), DirectoryTier(tmp_path / "ssd", name="ssd"),  # noqa: E731
+                     DirectoryTier(tmp_path / "bb", name="bb")]
+    with tiered.Cache(tiers()) as cache:
+        cache.store("a", np.zeros(100_000))
+        cache.commit().wait()
+    home = [p for p in (tmp_path / "bb").iterdir() if p.suffix == ".tdat"]
+    for p in home:  # an upper copy stays: restart drains it home again
+        (tmp_path / "ssd" / p.name).write_bytes(p.read_bytes())
+        p.unlink()
+    real_put = DirectoryTier.put
+    started, inside = [], []
+
+    def put(self, *args, **kw):  # a slow write: the drain home takes a while
+        started.append(1)
+        inside.append(1)
+        time.sleep(0.2)
+        try:
+            return real_put(self, *args, **kw)
+        finally:
+            inside.pop()
+
+    def refuse(self, doomed, *, recycle=True):  # removing garbage fails, restart drain queued
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(DirectoryTier, "put", put)
+    monkeypatch.setattr(deletion.Deletions, "unlink", refuse)
+    with pytest.raises(OSError, match="Permission denied"):
+        tiered.Cache(tiers())
+    writes = len(started)
+    time.sleep(0.5)  # nothing of the failed cache writes once its open has failed
+    assert len(started) == writes and not inside
+    monkeypatch.undo()
+    with tiered.Cache(tiers()) as again:  # the locks are free
+        assert float(again.revisit("a")[0]) == 0.0

@@ -86,8 +86,11 @@ class Cache(VersionedEngine):
         try:
             with self._cond:
                 self.recovery: list[str] = self._recover()
-        except BaseException:
-            self._release_tiers()  # their locks with them: the open failed
+        except BaseException:  # the open failed: stop what restart started, then unlock
+            try:
+                self.close(drain=False)
+            except Exception as exc:  # noqa: BLE001 - the open's own error is the one to raise
+                log.error("closing a cache whose open failed: %s", exc)
             raise
 
     # ----------------------------------------------------------------- store
