@@ -323,3 +323,29 @@ def test_a_failed_open_stops_its_restart_drains_before_it_unlocks(tmp_path, monk
     monkeypatch.undo()
     with tiered.Cache(tiers()) as again:  # the locks are free
         assert float(again.revisit("a")[0]) == 0.0
+
+
+def test_commits_from_several_threads_keep_one_lineage(tmp_path):
+    cache = tiered.Cache(_tiers(tmp_path))
+
+    def work(t):
+        for i in range(15):
+            cache.store(f"t{t}", np.full(1000, i, np.float32))
+            cache.commit(meta={"thread": t, "i": i})
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for v in cache.versions():
+        v.wait(timeout=60)
+    cache.close()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        versions = again.versions()
+        ids = [v.id for v in versions]
+        assert ids == list(range(1, 61))
+        assert all(v.parent == v.id - 1 or (v.id == 1 and v.parent is None) for v in versions)
+        assert again.latest().id == 60
+        assert {k: float(again.revisit(k)[0]) for k in again.keys()} == {
+            f"t{t}": 14.0 for t in range(4)}

@@ -189,8 +189,9 @@ class VersionedEngine(PrefetchEngine):
             else:
                 for entry in dirty:
                     self._schedule_drain(entry)
-        if self._catalog is not None:
-            self._commit_lane.submit(self._finish_commit, info, dirty, done)
+                # queued under the lock: records are written in commit order, whatever
+                # the threads committing
+                self._commit_lane.submit(self._finish_commit, info, dirty, done)
         return self._handle(info)
 
     def _await_durable(self, info: VersionInfo, entries: list[Entry]) -> None:
