@@ -91,6 +91,8 @@ class Cache(VersionedEngine):
                 self.close(drain=False)
             except Exception as exc:  # noqa: BLE001 - the open's own error is the one to raise
                 log.error("closing a cache whose open failed: %s", exc)
+            finally:
+                self._release_tiers()  # the locks go, whatever closing raised
             raise
 
     # ----------------------------------------------------------------- store
