@@ -265,6 +265,35 @@ def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, mon
         assert float(again.revisit("c")[0]) == 3.0  # the flushed working state counts
 
 
+def test_a_record_left_by_a_failed_commit_is_not_the_head_even_without_a_flush(
+        tmp_path, monkeypatch):
+    import tiered.catalog as catalog
+    cache = tiered.Cache(_tiers(tmp_path))
+    cache.store("a", np.zeros(100))
+    cache.commit().wait()
+    real_sync = catalog.fsync_dir
+
+    def failing(path):
+        if path.name == "versions":
+            raise OSError(5, "Input/output error")
+        return real_sync(path)
+
+    def stuck(path):  # the record cannot be removed either
+        if "versions" in str(path):
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(catalog, "fsync_dir", failing)
+    monkeypatch.setattr(catalog, "unlink_quietly", stuck)
+    cache.store("b", np.ones(100))
+    with pytest.raises(VersionFailedError):
+        cache.commit().wait(timeout=30)
+    monkeypatch.setattr(catalog, "fsync_dir", real_sync)
+    cache.close(drain=False)  # no flush: as good as a crash for the catalog
+    assert (tmp_path / "bb" / ".tiered" / "versions" / "v00000002.json").exists()
+    with tiered.Cache(_tiers(tmp_path)) as again:
+        assert again.latest().id == 1
+
+
 def test_after_two_failed_commits_the_next_descends_from_the_last_sound_one(tmp_path,
                                                                             monkeypatch):
     cache = tiered.Cache(_tiers(tmp_path))

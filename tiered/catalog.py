@@ -135,11 +135,11 @@ class Catalog:
         self._write(self.dir / "HEAD", {"head": head, "seq": self.seq})
         self.head, self.stale = head, False
 
-    def withdraw(self, vid: int) -> None:
+    def withdraw(self, vid: int) -> bool:
         """Remove the record of version ``vid``, which failed after it may have been written.
 
-        If it cannot be removed, the next HEAD write (whose sequence number reaches the
-        record's) still keeps a restart from taking it as the head.
+        Returns whether it is gone. If not, the next HEAD write (whose sequence number
+        reaches the record's) keeps a restart from taking it as the head.
         """
         self.stale = True
         try:
@@ -148,6 +148,8 @@ class Catalog:
                 fsync_dir(self.versions_dir)
         except OSError as exc:
             log.error("catalog: the record of failed version %d stays: %s", vid, exc)
+            return False
+        return True
 
     def write_work(self, head: int | None, objects: dict[Key, int]) -> None:
         """Record the working key space made durable since the head was last moved."""

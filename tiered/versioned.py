@@ -227,11 +227,16 @@ class VersionedEngine(PrefetchEngine):
             assert self._catalog is not None
             self._catalog.write_version(info, seq=self._catalog.seq + 1)
         except BaseException as exc:
-            if self._catalog is not None:
-                self._catalog.withdraw(info.id)  # its record, if it got that far, goes
+            # its record, if it got that far, goes
+            withdrawn = self._catalog is None or self._catalog.withdraw(info.id)
             with self._cond:
                 self._lineage.fail(info.id, str(exc))
                 self._failed(exc, f"commit of version {info.id}", tuple(info.objects))
+            if not withdrawn:  # HEAD written now, past the record, not at the next flush
+                try:
+                    self._flush_work()
+                except OSError as err:
+                    log.error("version %d: the head could not be rewritten: %s", info.id, err)
             (log.info if self._closed else log.error)("version %d failed: %s", info.id, exc)
             done.set_exception(exc if isinstance(exc, VersionFailedError) else
                                VersionFailedError(f"version {info.id}: {exc}"))
