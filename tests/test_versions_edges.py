@@ -206,24 +206,37 @@ def _store(cache, key, value):
         cache.store(key, value)
 
 
-def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart(
-        tmp_path, monkeypatch):
+def _fail_version_2_after_its_record(tmp_path, monkeypatch, *, removable=True):
+    """Commit version 1, then fail version 2 after its record's rename (EIO on the fsync of
+    the versions directory; with ``removable=False`` the record cannot be removed either)."""
     import tiered.catalog as catalog
     cache = tiered.Cache(_tiers(tmp_path))
     cache.store("a", np.zeros(100))
     cache.commit().wait()
     real = catalog.fsync_dir
 
-    def failing(path):  # the versions directory's fsync fails (EIO), after the rename
+    def failing(path):
         if path.name == "versions":
             raise OSError(5, "Input/output error")
         return real(path)
 
+    def stuck(path):
+        if "versions" in str(path):
+            raise OSError(5, "Input/output error")
+
     monkeypatch.setattr(catalog, "fsync_dir", failing)
+    if not removable:
+        monkeypatch.setattr(catalog, "unlink_quietly", stuck)
     cache.store("b", np.ones(100))
     with pytest.raises(VersionFailedError):
         cache.commit().wait(timeout=30)
     monkeypatch.setattr(catalog, "fsync_dir", real)
+    return cache
+
+
+def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart(
+        tmp_path, monkeypatch):
+    cache = _fail_version_2_after_its_record(tmp_path, monkeypatch)
     _store(cache, "c", np.full(100, 3.0))
     cache.flush()
     cache.close()
@@ -235,29 +248,9 @@ def test_a_commit_failing_after_its_record_is_renamed_is_not_the_head_at_restart
 
 
 def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, monkeypatch):
-    import tiered.catalog as catalog
-    cache = tiered.Cache(_tiers(tmp_path))
-    cache.store("a", np.zeros(100))
-    cache.commit().wait()
-    real_sync = catalog.fsync_dir
-
-    def failing(path):
-        if path.name == "versions":
-            raise OSError(5, "Input/output error")
-        return real_sync(path)
-
-    def stuck(path):  # the record cannot be removed either
-        if "versions" in str(path):
-            raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(catalog, "fsync_dir", failing)
-    monkeypatch.setattr(catalog, "unlink_quietly", stuck)
-    cache.store("b", np.ones(100))
-    with pytest.raises(VersionFailedError):
-        cache.commit().wait(timeout=30)
-    monkeypatch.setattr(catalog, "fsync_dir", real_sync)
+    cache = _fail_version_2_after_its_record(tmp_path, monkeypatch, removable=False)
     _store(cache, "c", np.full(100, 3.0))
-    cache.flush()  # writes HEAD again, past the record's sequence number
+    cache.flush()
     cache.close()
     assert (tmp_path / "bb" / ".tiered" / "versions" / "v00000002.json").exists()
     with tiered.Cache(_tiers(tmp_path)) as again:
@@ -267,27 +260,7 @@ def test_a_record_left_by_a_failed_commit_does_not_become_the_head(tmp_path, mon
 
 def test_a_record_left_by_a_failed_commit_is_not_the_head_even_without_a_flush(
         tmp_path, monkeypatch):
-    import tiered.catalog as catalog
-    cache = tiered.Cache(_tiers(tmp_path))
-    cache.store("a", np.zeros(100))
-    cache.commit().wait()
-    real_sync = catalog.fsync_dir
-
-    def failing(path):
-        if path.name == "versions":
-            raise OSError(5, "Input/output error")
-        return real_sync(path)
-
-    def stuck(path):  # the record cannot be removed either
-        if "versions" in str(path):
-            raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(catalog, "fsync_dir", failing)
-    monkeypatch.setattr(catalog, "unlink_quietly", stuck)
-    cache.store("b", np.ones(100))
-    with pytest.raises(VersionFailedError):
-        cache.commit().wait(timeout=30)
-    monkeypatch.setattr(catalog, "fsync_dir", real_sync)
+    cache = _fail_version_2_after_its_record(tmp_path, monkeypatch, removable=False)
     cache.close(drain=False)  # no flush: as good as a crash for the catalog
     assert (tmp_path / "bb" / ".tiered" / "versions" / "v00000002.json").exists()
     with tiered.Cache(_tiers(tmp_path)) as again:
