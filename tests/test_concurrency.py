@@ -100,12 +100,12 @@ def test_one_fork_hook_resets_every_module_in_the_child(tmp_path):
     from tiered import movers
 
     names = [f.__module__ for f in movers._RESETS]
-    assert {"tiered.tiers.base", "tiered.tiers.spares", "tiered.movers"} <= set(names)
+    assert {"tiered.tiers.persistent", "tiered.tiers.spares", "tiered.movers"} <= set(names)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its pid in temp names, and a lane that runs
         from tiered.movers import Lane
-        from tiered.tiers.base import _PID
+        from tiered.tiers.persistent import _PID
 
         ok = _PID[0] == os.getpid() and Lane("child").submit(lambda: 7).result(10) == 7
         os.write(write, b"1" if ok else b"0")

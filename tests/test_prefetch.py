@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tiered
-from tiered.tiers.base import Record
+from tiered.tiers.records import Record
 
 N = 16 * 1024  # float32 elements per state: 64 KiB
 SLOT = N * 4 + 4096

@@ -12,8 +12,8 @@ from helpers import object_files
 import tiered
 from tiered.movers import leaf_checksums
 from tiered.payload import host_leaf_view, write_leaves
-from tiered.tiers.base import SPARE_PREFIX
 from tiered.tiers.directory import HOLE_BYTES, DirectoryTier, aligned_bytes
+from tiered.tiers.persistent import SPARE_PREFIX
 from tiered.tiers.spares import SparePool
 from tiered.values import flatten
 
@@ -25,14 +25,14 @@ def _spares(root: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith(SPARE_PREFIX))
 
 
-def _put(tier: DirectoryTier, key: int, value: np.ndarray) -> tiered.tiers.base.Record:
+def _put(tier: DirectoryTier, key: int, value: np.ndarray) -> tiered.tiers.records.Record:
     meta, _ = flatten(value)
     region = aligned_bytes(meta.nbytes)  # page-aligned, as the cache's regions are
     write_leaves(region, meta, [value])
     return tier.put(key, key, meta, region, leaf_checksums(region, meta))
 
 
-def _get(tier: DirectoryTier, record: tiered.tiers.base.Record) -> np.ndarray:
+def _get(tier: DirectoryTier, record: tiered.tiers.records.Record) -> np.ndarray:
     out = np.empty(record.meta.nbytes, np.uint8)
     tier.get_into(record, out)
     return host_leaf_view(out, record.meta.leaves[0])

@@ -11,8 +11,8 @@ import pytest
 import tiered
 from tiered.catalog import Catalog
 from tiered.errors import BackgroundError, VersionFailedError
-from tiered.tiers.base import PersistentTier
 from tiered.tiers.directory import DirectoryTier
+from tiered.tiers.persistent import PersistentTier
 
 
 def _tiers(root, host="64MiB"):

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tiered.keys import Key
 from tiered.movers import Lane
-from tiered.tiers.base import PersistentTier, Record
+from tiered.tiers.persistent import PersistentTier
+from tiered.tiers.records import Record
 
 log = logging.getLogger(__name__)
 Doomed = Sequence[tuple[int, Record]]  # (tier position, record) pairs

@@ -9,7 +9,7 @@ from typing import Any
 
 from tiered.arena import Extent
 from tiered.keys import Key
-from tiered.tiers.base import Record
+from tiered.tiers.records import Record
 from tiered.values import ValueMeta
 
 

@@ -10,8 +10,8 @@ import numpy as np
 from tiered.errors import CorruptDataError
 from tiered.movers import staging_buffer
 from tiered.sizes import format_size
-from tiered.tiers.base import TMP_PREFIX, PersistentTier
 from tiered.tiers.directory import DirectoryTier
+from tiered.tiers.persistent import TMP_PREFIX, PersistentTier
 
 
 class NotATierError(ValueError):

@@ -31,7 +31,8 @@ from tiered.errors import CorruptDataError
 from tiered.index import Copy, Entry
 from tiered.movers import staging_buffer
 from tiered.payload import borrow_leaves, can_borrow, read_leaves
-from tiered.tiers.base import PersistentTier, Record
+from tiered.tiers.persistent import PersistentTier
+from tiered.tiers.records import Record
 from tiered.transfers import read_persistent
 from tiered.writes import WriteEngine
 

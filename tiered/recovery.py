@@ -17,7 +17,8 @@ from pathlib import Path
 from tiered.index import Copy, Entry
 from tiered.keys import Key, key_filename
 from tiered.lineage import VersionInfo
-from tiered.tiers.base import PersistentTier, Record
+from tiered.tiers.persistent import PersistentTier
+from tiered.tiers.records import Record
 
 log = logging.getLogger(__name__)
 

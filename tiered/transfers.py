@@ -10,7 +10,9 @@ from tiered.checksum import content_hash
 from tiered.index import Copy, Entry
 from tiered.movers import host_view, leaf_checksums, staging_buffer
 from tiered.payload import copy_region, is_torch_region, leaf_bytes
-from tiered.tiers.base import MemoryTier, PersistentTier, Record
+from tiered.tiers.base import MemoryTier
+from tiered.tiers.persistent import PersistentTier
+from tiered.tiers.records import Record
 
 
 def background(tiers: Sequence[MemoryTier]) -> contextlib.AbstractContextManager[Any]:

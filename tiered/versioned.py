@@ -33,7 +33,8 @@ from tiered.movers import Lane
 from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
-from tiered.tiers.base import Record, Tier
+from tiered.tiers.base import Tier
+from tiered.tiers.records import Record
 from tiered.versions import Change, Version, diff_objects
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from tiered.movers import leaf_checksums, staging_buffer
 from tiered.payload import write_leaves
 from tiered.room import Watch
 from tiered.sizes import format_size
-from tiered.tiers.base import Record
+from tiered.tiers.records import Record
 from tiered.transfers import background, transfer
 from tiered.values import ValueMeta
 

@@ -8,7 +8,7 @@ Subclass one in a ``Test*`` class and say how to build the object under test::
         def make_tier(self, path, capacity=None):
             return MyTier(path, capacity=capacity)
 
-The suites use only the public contracts (:class:`~tiered.tiers.base.PersistentTier`,
+The suites use only the public contracts (:class:`~tiered.tiers.persistent.PersistentTier`,
 :class:`~tiered.tiers.base.MemoryTier`, :class:`~tiered.policies.EvictionPolicy`,
 :class:`~tiered.policies.Predictor`), so a tier or policy written outside tiered runs them
 as the built-in ones do.

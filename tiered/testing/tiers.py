@@ -13,7 +13,9 @@ from tiered.checksum import content_hash
 from tiered.errors import CorruptDataError, TierFullError
 from tiered.movers import leaf_checksums
 from tiered.payload import leaf_bytes, read_leaves, write_leaves
-from tiered.tiers.base import TMP_PREFIX, MemoryTier, PersistentTier, Record
+from tiered.tiers.base import MemoryTier
+from tiered.tiers.persistent import TMP_PREFIX, PersistentTier
+from tiered.tiers.records import Record
 from tiered.values import ValueMeta, flatten
 
 

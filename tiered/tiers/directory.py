@@ -25,8 +25,9 @@ import numpy as np
 from tiered.checksum import checksum
 from tiered.errors import CorruptDataError
 from tiered.movers import spare_cores
-from tiered.tiers.base import SPARE_KIND, SPARE_PREFIX, Offsets, PersistentTier, Record
 from tiered.tiers.files import pread_into, pwrite_all, unlink_quietly
+from tiered.tiers.persistent import SPARE_KIND, SPARE_PREFIX, PersistentTier
+from tiered.tiers.records import Offsets, Record
 from tiered.tiers.spares import SparePool
 from tiered.values import ValueMeta
 
@@ -90,7 +91,7 @@ class DirectoryTier(PersistentTier):
     name : str
         Name used in statistics and messages.
     drop_pages, sync : bool
-        See :class:`~tiered.tiers.base.PersistentTier`.
+        See :class:`~tiered.tiers.persistent.PersistentTier`.
     writers : int, optional
         Objects written at once. Default: 4 when objects are fsync'd (``sync`` or
         ``drop_pages``: a device keeps several writes in flight faster than one); otherwise

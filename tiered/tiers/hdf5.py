@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from tiered.tiers.base import Offsets, PersistentTier, Record
 from tiered.tiers.files import pread_into, pwrite_all
+from tiered.tiers.persistent import PersistentTier
+from tiered.tiers.records import Offsets, Record
 from tiered.values import LeafInfo, ValueMeta
 
 MANIFEST = "tiered_manifest"
@@ -57,7 +58,7 @@ class HDF5Tier(PersistentTier):
     name : str
         Name used in statistics and messages.
     drop_pages, sync : bool
-        See :class:`~tiered.tiers.base.PersistentTier`.
+        See :class:`~tiered.tiers.persistent.PersistentTier`.
     """
 
     kind = "hdf5"
