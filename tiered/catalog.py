@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from tiered.crashpoints import crash_point
 from tiered.keys import Key, key_from_json, key_to_json
 from tiered.lineage import VersionInfo
 from tiered.tiers.files import fsync_dir, unlink_quietly
+from tiered.tiers.persistent import PersistentTier
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +232,22 @@ class Catalog:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             problems.append(f"catalog: damaged working state ({exc}); the head is used")
             return None
+
+
+def home_catalog(disk: Mapping[int, PersistentTier]) -> Catalog | None:
+    """Return the catalog of a cache over the persistent tiers ``disk`` (by position).
+
+    It lives in the deepest one, where every version is durable (``None``: no persistent
+    tier). A catalog found in another tier is an error: the cache was opened with other
+    tiers than its versions were committed with.
+    """
+    if not disk:
+        return None
+    home = max(disk)
+    for i, tier in disk.items():
+        if i != home and Catalog(tier.root).exists():
+            raise ValueError(
+                f"the versions here are catalogued in {tier.name} ({tier.root}), but the "
+                f"deepest persistent tier is now {disk[home].name}: open the cache with the "
+                "tiers its versions were committed with")
+    return Catalog(disk[home].root, sync=disk[home].sync)

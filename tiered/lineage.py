@@ -109,6 +109,21 @@ class Lineage:
             del self._labels[info.label]
         return self._release(info.named())
 
+    def restore(self, versions: Iterable[VersionInfo], head: int | None,
+                work: Mapping[Key, int] | None) -> Mapping[Key, int]:
+        """Take back what a catalog holds; return the key space a restart comes back to.
+
+        The head is ``head`` if that version is kept, else the newest; the key space is
+        the recorded working state ``work`` if there is one, else the head's.
+        """
+        for info in versions:
+            self.add(info)
+        self.head = head if head in self.versions else max(self.versions, default=None)
+        if work is not None:
+            self.set_work(work)
+            return self.work
+        return {} if self.head is None else self.versions[self.head].objects
+
     def set_work(self, objects: Mapping[Key, int]) -> list[Obj]:
         """Record the durable working key space (``{}``: stale once the head moved on disk).
 

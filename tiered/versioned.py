@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from tiered import recovery
-from tiered.catalog import Catalog
+from tiered.catalog import home_catalog
 from tiered.config import CacheConfig
 from tiered.errors import (
     CorruptDataError,
@@ -34,6 +34,7 @@ from tiered.policies.base import PolicySpec, PredictorSpec
 from tiered.prefetch import PrefetchEngine
 from tiered.sizes import format_size
 from tiered.tiers.base import Tier
+from tiered.tiers.persistent import lock_all
 from tiered.tiers.records import Record
 from tiered.versions import Change, Version, diff_objects
 
@@ -58,39 +59,22 @@ class VersionedEngine(PrefetchEngine):
         self._readonly = readonly
         self._keep_last = keep_last
         self._lineage = self._plan.lineage
-        home = max(self._disk, default=None)
-        self._catalog = (None if home is None else
-                         Catalog(self._disk[home].root, sync=self._disk[home].sync))
         self._done: dict[int, Future[None]] = {}  # per version: durable, or why not
         self._handles: dict[int, Version] = {}
         self._versions_read: collections.Counter[int] = collections.Counter()  # versions being read
         self._commit_lane = Lane("commit")
-        if not readonly:
-            self._lock_tiers()
-        for i, tier in self._disk.items():
-            if i != home and Catalog(tier.root).exists():
-                self._release_tiers()
-                raise ValueError(
-                    f"the versions here are catalogued in {tier.name} ({tier.root}), but the "
-                    f"deepest persistent tier is now {self._disk[max(self._disk)].name}: "
-                    "open the cache with the tiers its versions were committed with")
+        try:
+            self._catalog = home_catalog(self._disk)
+            if not readonly:
+                lock_all(self._disk.values())
+        except BaseException:
+            self._release_tiers()
+            raise
 
     def _release_tiers(self) -> None:
         """Close the tiers (their locks with them): an open that failed."""
         for tier in self._tiers:
             tier.close()
-
-    def _lock_tiers(self) -> None:
-        """Take every persistent tier's one-writer lock, or none of them."""
-        taken = []
-        try:
-            for tier in self._disk.values():
-                tier.lock_for_writing()
-                taken.append(tier)
-        except BaseException:
-            for tier in taken:
-                tier.close()
-            raise
 
     # ----------------------------------------------------------------- helpers
     def _writable(self, call: str) -> None:
@@ -404,15 +388,8 @@ class VersionedEngine(PrefetchEngine):
         found, problems, damaged = recovery.scan(self._disk, repair=not self._readonly,
                                                  newest=False)
         self._next_version = max(self._next_version, recovery.past(self._disk, damaged))
-        for info in loaded.versions:
-            self._lineage.add(info)
-        head = loaded.head if loaded.head in self._lineage.versions else max(
-            self._lineage.versions, default=None)
-        self._lineage.head = head
-        space = loaded.work if loaded.work is not None and not self._readonly else (
-            self._lineage.versions[head].objects if head is not None else {})
-        if loaded.work is not None and not self._readonly:
-            self._lineage.set_work(space)
+        space = self._lineage.restore(loaded.versions, loaded.head,
+                                      None if self._readonly else loaded.work)
         restored = recovery.from_catalog(found, loaded.versions, space, self._home,
                                          {i: t.name for i, t in enumerate(self._tiers)},
                                          repair=not self._readonly)

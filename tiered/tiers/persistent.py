@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -339,3 +339,16 @@ class PersistentTier(Tier):
     @abc.abstractmethod
     def _read_payload(self, record: Record, region: np.ndarray) -> None:
         """Read the payload bytes of ``record`` into ``region`` (no verification)."""
+
+
+def lock_all(tiers: Iterable[PersistentTier]) -> None:
+    """Take every tier's one-writer lock, or none of them (the ones taken are closed)."""
+    taken: list[PersistentTier] = []
+    try:
+        for tier in tiers:
+            tier.lock_for_writing()
+            taken.append(tier)
+    except BaseException:
+        for tier in taken:
+            tier.close()
+        raise
