@@ -29,7 +29,8 @@ from tiered.policies.base import (
     Signal,
 )
 from tiered.stats import CacheStats, TierStats
-from tiered.tiers.base import Tier, by_kind
+from tiered.tiers.base import Tier
+from tiered.tiers.persistent import by_kind
 from tiered.tiers.records import Record
 
 log = logging.getLogger(__name__)

@@ -44,7 +44,7 @@ def transfer(mem: Mapping[int, MemoryTier], disk: Mapping[int, PersistentTier], 
              base: Record | None = None) -> Copy:
     """Copy ``entry``'s bytes from ``src`` into tier ``dst`` and return the new copy.
 
-    ``mem`` and ``disk``: the cache's tiers by position (:func:`~tiered.tiers.base.by_kind`).
+    ``mem`` and ``disk``: the cache's tiers by position (:func:`~tiered.tiers.persistent.by_kind`).
     ``extent``: the room reserved in ``dst`` when it is a memory tier. A write into a
     persistent tier is checksummed per leaf on the host first (once per entry); with
     ``content`` each leaf's xxh3-128 is computed too (once), and the leaves equal to

@@ -17,22 +17,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from tiered.arena import PAGE, Arena, Extent
 from tiered.sizes import format_size, parse_size
 from tiered.tiers.model import TierModel, counted_bytes
-
-if TYPE_CHECKING:
-    from tiered.tiers.persistent import PersistentTier
-
-
-def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, PersistentTier]]:
-    """Split a cache's tiers, by position, into its memory and its persistent ones."""
-    memory = {i: t for i, t in enumerate(tiers) if isinstance(t, MemoryTier)}
-    persistent = {i: cast("PersistentTier", t) for i, t in enumerate(tiers) if t.persistent}
-    return memory, persistent
 
 
 class Tier(abc.ABC):

@@ -28,7 +28,7 @@ from tiered.keys import Key, key_filename, key_from_filename, key_to_json
 from tiered.movers import on_child
 from tiered.payload import leaf_bytes
 from tiered.sizes import format_size
-from tiered.tiers.base import Tier
+from tiered.tiers.base import MemoryTier, Tier
 from tiered.tiers.files import advise_file, fsync_dir, pread_into, unlink_quietly
 from tiered.tiers.lock import WriterLock
 from tiered.tiers.records import FORMAT, Offsets, Record, ScanReport, record_from, shared_leaves
@@ -352,3 +352,10 @@ def lock_all(tiers: Iterable[PersistentTier]) -> None:
         for tier in taken:
             tier.close()
         raise
+
+
+def by_kind(tiers: Sequence[Tier]) -> tuple[dict[int, MemoryTier], dict[int, PersistentTier]]:
+    """Split a cache's tiers, by position, into its memory and its persistent ones."""
+    memory = {i: t for i, t in enumerate(tiers) if isinstance(t, MemoryTier)}
+    persistent = {i: t for i, t in enumerate(tiers) if isinstance(t, PersistentTier)}
+    return memory, persistent
