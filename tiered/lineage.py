@@ -195,6 +195,11 @@ class Lineage:
                 return info, skipped
         return None, skipped
 
+    def durable_head(self) -> int | None:
+        """Return the id of the newest durable version on the head's branch (what HEAD says)."""
+        newest, _ = self.latest()
+        return None if newest is None else newest.id
+
     def expendable(self, keep_last: int, busy: set[int]) -> list[int]:
         """Return the versions ``retain(keep_last=...)`` deletes, oldest first.
 
@@ -204,8 +209,7 @@ class Lineage:
         """
         if keep_last < 1:
             raise ValueError(f"keep_last must be at least 1, got {keep_last!r}")
-        newest, _ = self.latest()
-        kept = {self.head, None if newest is None else newest.id, *busy}
+        kept = {self.head, self.durable_head(), *busy}
         ordered = sorted(self.versions)
         return [vid for vid in ordered[:-keep_last]
                 if vid not in kept

@@ -290,8 +290,8 @@ class VersionedEngine(PrefetchEngine):
         """Move the head on disk; the working state recorded before it no longer counts."""
         assert self._catalog is not None
         with self._cond:  # a commit still draining is not written as the head yet
-            newest, _ = self._lineage.latest()
-        self._catalog.write_head(None if newest is None else newest.id)
+            head = self._lineage.durable_head()
+        self._catalog.write_head(head)
         self._record_work({})
 
     def _record_work(self, objects: dict[Key, int]) -> None:
@@ -364,8 +364,7 @@ class VersionedEngine(PrefetchEngine):
         """Record the key space as durable (on the commit lane, after every commit)."""
         assert self._catalog is not None
         with self._cond:  # named from here: a discard meanwhile keeps their files
-            newest, _ = self._lineage.latest()
-            head = None if newest is None else newest.id
+            head = self._lineage.durable_head()
             entries = {k: e for k, e in self._index.items()
                        if not e.dirty and e.home in self._disk}
             objects = {k: e.version for k, e in entries.items()}
